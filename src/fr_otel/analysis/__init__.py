@@ -1,0 +1,1 @@
+"""Cross-rank analysis over the canonical table on DuckDB (not built yet)."""

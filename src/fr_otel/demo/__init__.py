@@ -1,0 +1,1 @@
+"""Real multi-process gloo jobs with injected faults (demo and test fixtures)."""

@@ -1,0 +1,36 @@
+"""Typed errors that cross module boundaries. The CLI turns each into one line and an exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class FrOtelError(Exception):
+    """Base class of every error fr_otel raises on purpose."""
+
+
+class DumpError(FrOtelError):
+    """A Flight Recorder dump file that cannot be used.
+
+    ``problem`` is a short machine-readable kind (``missing``, ``empty``, ``truncated``,
+    ``corrupt``, ``foreign``, ``hostile``, ``unnamed``, ``duplicate``); ``detail`` says
+    what exactly is wrong in words a user can act on.
+    """
+
+    def __init__(self, path: str | Path, problem: str, detail: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        self.detail = detail
+        super().__init__(f"{self.path}: {problem}: {detail}")
+
+
+class ArchiveError(FrOtelError):
+    """An archive directory that cannot be written or read."""
+
+
+class ConfigError(FrOtelError):
+    """A setting (argument or environment variable) with an unusable value."""
+
+
+class SimulationError(FrOtelError):
+    """An impossible simulator request (bad world shape, unknown fault)."""

@@ -1,0 +1,1 @@
+"""Span model, OTLP encoding and transports (not built yet)."""

@@ -1,0 +1,1 @@
+"""An NCCL-semantics fleet simulator that writes Flight Recorder dumps."""
