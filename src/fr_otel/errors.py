@@ -23,6 +23,10 @@ class DumpError(FrOtelError):
         self.detail = detail
         super().__init__(f"{self.path}: {problem}: {detail}")
 
+    def __reduce__(self) -> tuple[type[DumpError], tuple[str, str, str]]:
+        # import workers send these back to the parent process
+        return (DumpError, (self.path, self.problem, self.detail))
+
 
 class ArchiveError(FrOtelError):
     """An archive directory that cannot be written or read."""

@@ -36,7 +36,12 @@ _COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
         "Incident id: one dump set or one recorder flush (hive partition key).",
     ),
     ("rank", pa.int64(), False, "Global rank that recorded the entry."),
-    ("pg_id", pa.int64(), True, "Rank-local uid of the process group. Not comparable across ranks."),
+    (
+        "pg_id",
+        pa.int64(),
+        True,
+        "Rank-local uid of the process group. Not comparable across ranks.",
+    ),
     ("pg_name", pa.string(), False, "Process group name (`'0'`, a counter, or a hash)."),
     ("pg_desc", pa.string(), True, "Process group description (`default_pg`, `mesh_tp`, ...)."),
     (
@@ -60,7 +65,12 @@ _COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
         "Per-group collective counter. P2P entries carry the current value unchanged.",
     ),
     ("p2p_seq_id", pa.int64(), True, "Per-group point-to-point counter."),
-    ("op_id", pa.int64(), True, "Per-group logical op counter (counts ops inside coalesced groups)."),
+    (
+        "op_id",
+        pa.int64(),
+        True,
+        "Per-group logical op counter (counts ops inside coalesced groups).",
+    ),
     ("backend", pa.string(), True, "Backend prefix of `profiling_name`: `nccl`, `gloo`, ..."),
     (
         "op",
@@ -162,9 +172,19 @@ def empty_table() -> pa.Table:
 
 
 def schema_markdown() -> str:
-    """The schema as a Markdown table (for docs/schema.md)."""
-    lines = ["| column | type | nullable | meaning |", "|---|---|---|---|"]
+    """``docs/schema.md``: the schema as a Markdown table (``make docs``)."""
+    lines = [
+        "# The canonical record schema",
+        "",
+        "One row per Flight Recorder entry, shared by every producer and consumer. Generated",
+        "from `src/fr_otel/schema.py` by `make docs`; a test keeps the two in step.",
+        "",
+        "| column | type | nullable | meaning |",
+        "|---|---|---|---|",
+    ]
     for field in RECORD_SCHEMA:
         doc = COLUMN_DOCS[field.name]
-        lines.append(f"| `{field.name}` | `{field.type}` | {'yes' if field.nullable else 'no'} | {doc} |")
+        lines.append(
+            f"| `{field.name}` | `{field.type}` | {'yes' if field.nullable else 'no'} | {doc} |"
+        )
     return "\n".join(lines) + "\n"

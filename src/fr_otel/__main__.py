@@ -1,0 +1,5 @@
+import sys
+
+from fr_otel.cli import main
+
+sys.exit(main())

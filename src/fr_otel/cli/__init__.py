@@ -1,0 +1,45 @@
+"""The ``fr-otel`` command line: one module per verb.
+
+This package is the only place that prints, configures logging, or turns fr_otel's
+typed errors into exit codes and one-line messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from fr_otel import __version__
+from fr_otel.cli._errors import run_translating_errors
+from fr_otel.cli.demo_cmd import demo
+from fr_otel.cli.import_cmd import import_
+from fr_otel.cli.simulate_cmd import simulate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fr-otel")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def cli(verbose: int) -> None:
+    """Diagnose NCCL watchdog timeouts from PyTorch Flight Recorder data.
+
+    Import dumps into a Parquet archive, simulate fleets, and (soon) analyze them.
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(
+        level=level, format="fr-otel: %(levelname)s: %(message)s", stream=sys.stderr
+    )
+
+
+cli.add_command(import_)
+cli.add_command(simulate)
+cli.add_command(demo)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point."""
+    return run_translating_errors(cli, argv)
+
+
+__all__ = ["cli", "main"]

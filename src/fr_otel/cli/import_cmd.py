@@ -1,0 +1,84 @@
+"""``fr-otel import``: dump files -> Parquet archive."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from fr_otel import config
+from fr_otel.archive import import_dumps
+from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
+
+
+@click.command("import")
+@click.argument("dumps", nargs=-1, required=True)
+@click.option(
+    "--archive",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=f"Archive directory. Default: ${config.FR_OTEL_ARCHIVE} or ./{config.DEFAULT_ARCHIVE}.",
+)
+@click.option(
+    "--job",
+    default=None,
+    help=f"Job name. Default: ${config.FR_OTEL_JOB}, ${config.OTEL_SERVICE_NAME}, or 'default'.",
+)
+@click.option(
+    "--incident",
+    default=None,
+    help="Incident id. Default: derived from the dumps, so re-imports land in the same place.",
+)
+@click.option("--strict", is_flag=True, help="Write nothing unless every file imports cleanly.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes. Default: every core.",
+)
+def import_(
+    dumps: tuple[str, ...],
+    archive: Path | None,
+    job: str | None,
+    incident: str | None,
+    strict: bool,
+    workers: int | None,
+) -> int:
+    """Import Flight Recorder dumps into a hive-partitioned Parquet archive.
+
+    DUMPS are dump files, directories holding them (searched recursively) or globs,
+    pickle or JSON, any FR version, NCCL or gloo. Each bad file is named with its
+    problem and the others are still imported; the exit code is then 2.
+
+    \b
+    Query the archive with DuckDB:
+      SELECT * FROM read_parquet('ARCHIVE/**/*.parquet', hive_partitioning = true)
+    """
+    bar: tqdm | None = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, unit="file", desc="importing", leave=False, file=sys.stderr)
+        bar.update(done - bar.n)
+
+    on_progress = progress if sys.stderr.isatty() else None
+    try:
+        report = import_dumps(
+            list(dumps),
+            archive=archive,
+            job=job,
+            incident=incident,
+            strict=strict,
+            workers=workers,
+            on_progress=on_progress,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    for problem in report.problems:
+        click.echo(f"fr-otel: {problem.path}: {problem.problem}: {problem.detail}", err=True)
+    click.echo(report.summary())
+    return EXIT_OK if report.ok else EXIT_BAD_INPUT

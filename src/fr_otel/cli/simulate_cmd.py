@@ -1,0 +1,8 @@
+"""Placeholder until the simulator's CLI lands (helper-1 replaces this file)."""
+
+import click
+
+
+@click.command("simulate")
+def simulate() -> None:
+    """Not built yet."""

@@ -1,0 +1,105 @@
+"""Finding dump files and telling each one's rank from its name.
+
+Real jobs name dumps ``<prefix><rank>`` (torch's ``DebugInfoWriter``), where the prefix
+is whatever ``TORCH_FR_DUMP_TEMP_FILE`` said:
+
+- ``nccl_trace_rank_<N>`` (older torch, the tutorial), ``comm_lib_trace_rank_<N>``
+  (torch's current default), ``comm_traces/rank_<N>`` (torchtitan);
+- the same with ``.json`` (or ``.pkl``/``.pickle``) appended by tools that dump JSON;
+- ``<prefix>_quorum_<id>/<N>`` (torchft's dynamic file name, one folder per quorum);
+- ``nccl_trace_rank_<host>_<N>`` (host in the name; the rank is the last number).
+
+The rank is always the trailing number of the file name. Files inside a directory that
+do not end in a number (logs, READMEs, Parquet) are not dumps and are skipped; a file
+named explicitly on the command line is always taken, so that a bad name is reported.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_DUMP_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<suffix>\.json|\.pkl|\.pickle)?$")
+_QUORUM_DIR = re.compile(r"_quorum_(?P<quorum>[A-Za-z0-9.-]+)$")
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DumpFile:
+    """One dump file and what its name says about it."""
+
+    path: Path
+    rank: int | None
+    """Global rank from the file name; None when the name carries no rank."""
+    quorum: str | None = None
+    """torchft quorum id from the parent folder (``..._quorum_<id>/<rank>``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Discovery:
+    """What a set of command-line paths expanded to."""
+
+    files: list[DumpFile]
+    missing: list[str]
+    """Paths or globs that matched nothing."""
+
+
+def parse_dump_name(path: Path) -> DumpFile:
+    """Read the rank (and torchft quorum) off a dump file's name."""
+    match = _DUMP_NAME.match(path.name)
+    quorum_match = _QUORUM_DIR.search(path.parent.name)
+    quorum = quorum_match.group("quorum") if quorum_match else None
+    if match is None:
+        return DumpFile(path=path, rank=None, quorum=quorum)
+    return DumpFile(path=path, rank=int(match.group("rank")), quorum=quorum)
+
+
+def _looks_like_dump(name: str) -> bool:
+    return _DUMP_NAME.match(name) is not None and not name.startswith(".")
+
+
+def _walk(directory: Path) -> list[Path]:
+    found: list[Path] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found.extend(Path(root) / f for f in sorted(files) if _looks_like_dump(f))
+    return found
+
+
+def discover(paths: list[str | Path]) -> Discovery:
+    """Expand files, directories (recursively) and globs into dump files.
+
+    The result is sorted by path and has no duplicates, so the same arguments always
+    give the same order.
+    """
+    seen: dict[Path, DumpFile] = {}
+    missing: list[str] = []
+    for raw in paths:
+        text = str(raw)
+        path = Path(text)
+        if path.is_dir():
+            candidates = _walk(path)
+        elif path.exists():
+            candidates = [path]
+        elif _GLOB_CHARS & set(text):
+            candidates = []
+            for hit in sorted(glob.glob(text, recursive=True)):
+                hit_path = Path(hit)
+                if hit_path.is_dir():
+                    candidates.extend(_walk(hit_path))
+                elif _looks_like_dump(hit_path.name):
+                    candidates.append(hit_path)
+            if not candidates:
+                missing.append(text)
+        else:
+            missing.append(text)
+            candidates = []
+        for candidate in candidates:
+            key = candidate.resolve()
+            if key not in seen:
+                seen[key] = parse_dump_name(candidate)
+    files = sorted(seen.values(), key=lambda f: str(f.path))
+    return Discovery(files=files, missing=missing)

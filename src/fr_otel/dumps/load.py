@@ -1,0 +1,48 @@
+"""One dump file on disk -> canonical rows, with every failure as a ``DumpError``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fr_otel.dumps.discover import DumpFile
+from fr_otel.dumps.parse import ParsedDump, decode_dump, dump_to_table
+from fr_otel.errors import DumpError
+
+LoadedDump = ParsedDump
+
+
+def read_dump_bytes(path: Path) -> tuple[bytes, int]:
+    """The file's bytes and its mtime in ns (the best dump time a file can tell)."""
+    try:
+        with path.open("rb") as handle:
+            mtime_ns = os.fstat(handle.fileno()).st_mtime_ns
+            return handle.read(), mtime_ns
+    except FileNotFoundError:
+        raise DumpError(path, "missing", "no such file") from None
+    except IsADirectoryError:
+        raise DumpError(path, "missing", "is a directory, not a dump file") from None
+    except OSError as exc:
+        raise DumpError(path, "unreadable", exc.strerror or str(exc)) from None
+
+
+def load_dump_file(dump: DumpFile, *, job: str, incident: str) -> LoadedDump:
+    """Read, decode (safely) and convert one dump file."""
+    if dump.rank is None:
+        raise DumpError(
+            dump.path,
+            "unnamed",
+            "cannot tell the rank: a dump's file name must end in its rank"
+            " (e.g. nccl_trace_rank_3, rank_3.json)",
+        )
+    data, mtime_ns = read_dump_bytes(dump.path)
+    obj, fmt = decode_dump(data, str(dump.path))
+    return dump_to_table(
+        obj,
+        path=str(dump.path),
+        source_format=fmt,
+        job=job,
+        incident=incident,
+        rank=dump.rank,
+        dump_time_ns=mtime_ns,
+    )

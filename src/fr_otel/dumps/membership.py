@@ -1,0 +1,114 @@
+"""Process-group membership across a fleet of dumps.
+
+NCCL dumps carry each group's global ranks in ``pg_config``. gloo dumps do not (every
+group is recorded under the key ``''``, FR reference §1.7), and any dump may miss a
+group that never created a communicator. For those groups membership is inferred from
+which ranks hold entries of that group name and marked ``pg_ranks_inferred``: a member
+that never issued any collective of the group, or whose dump is missing, cannot be seen.
+The default group is the exception: it spans every rank, so its inferred membership is
+every rank from 0 to the highest rank seen anywhere.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from fr_otel.dumps.parse import GroupSeen, global_peer, split_profiling_name
+
+DEFAULT_PG_DESC = "default_pg"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Membership:
+    """One process group's members as the fleet shows them."""
+
+    name: str
+    desc: str | None
+    ranks: tuple[int, ...]
+    inferred: bool
+
+
+def resolve_memberships(
+    groups_by_rank: Mapping[int, Mapping[str, GroupSeen]],
+) -> dict[str, Membership]:
+    """Combine every rank's view of its groups into one membership per group name.
+
+    A ``pg_config`` list read from the dumps wins; where ranks disagree, the list most
+    ranks recorded wins. Groups without one are inferred (see the module docstring).
+    """
+    holders: dict[str, set[int]] = {}
+    configured: dict[str, Counter[tuple[int, ...]]] = {}
+    descs: dict[str, str | None] = {}
+    for rank, groups in groups_by_rank.items():
+        for name, seen in groups.items():
+            if seen.entries:
+                holders.setdefault(name, set()).add(rank)
+            if seen.ranks:
+                configured.setdefault(name, Counter())[tuple(seen.ranks)] += 1
+            if descs.get(name) is None:
+                descs[name] = seen.desc
+    all_ranks = set(groups_by_rank)
+    for counter in configured.values():
+        for ranks in counter:
+            all_ranks.update(ranks)
+    top = max(all_ranks) if all_ranks else -1
+
+    result: dict[str, Membership] = {}
+    for name in sorted(set(holders) | set(configured)):
+        desc = descs.get(name)
+        if name in configured:
+            ranks = configured[name].most_common(1)[0][0]
+            result[name] = Membership(name=name, desc=desc, ranks=ranks, inferred=False)
+            continue
+        members = set(holders.get(name, ()))
+        if desc == DEFAULT_PG_DESC:
+            members |= set(range(top + 1))
+        result[name] = Membership(name=name, desc=desc, ranks=tuple(sorted(members)), inferred=True)
+    return result
+
+
+def expected_ranks(memberships: Iterable[Membership]) -> set[int]:
+    """Every rank some group says should exist."""
+    ranks: set[int] = set()
+    for membership in memberships:
+        ranks.update(membership.ranks)
+    return ranks
+
+
+def needs_membership(table: pa.Table) -> bool:
+    """Whether some rows still lack ``pg_ranks``."""
+    return bool(table.column("pg_ranks").null_count)
+
+
+def apply_memberships(table: pa.Table, memberships: Mapping[str, Membership]) -> pa.Table:
+    """Fill ``pg_ranks`` (and the p2p ``peer`` that depends on it) where the dump had none."""
+    names = table.column("pg_name").to_pylist()
+    ranks = table.column("pg_ranks").to_pylist()
+    inferred = table.column("pg_ranks_inferred").to_pylist()
+    peers = table.column("peer").to_pylist()
+    profiling = table.column("profiling_name").to_pylist()
+    for i, name in enumerate(names):
+        if ranks[i] is not None:
+            continue
+        membership = memberships.get(name)
+        if membership is None:
+            continue
+        ranks[i] = list(membership.ranks)
+        inferred[i] = membership.inferred
+        if peers[i] is None and profiling[i]:
+            peers[i] = global_peer(ranks[i], split_profiling_name(profiling[i])[2])
+    schema = table.schema
+    for column, values in (
+        ("pg_ranks", ranks),
+        ("pg_ranks_inferred", inferred),
+        ("peer", peers),
+    ):
+        index = schema.get_field_index(column)
+        table = table.set_column(
+            index, schema.field(index), pa.array(values, type=schema.field(index).type)
+        )
+    return table

@@ -1,0 +1,410 @@
+"""Flight Recorder dump bytes -> rows of the canonical table.
+
+Handles both encodings torch writes (pickle from ``_dump_fr_trace``/``_dump_nccl_trace``,
+JSON from the ``*_json`` variants) and every format version from 2.3 to 2.10: a field a
+version lacks becomes null. The differences between the encodings (§1.6 of the FR
+reference) are normalised here: ``process_group`` tuple vs list, ``time_discovered_*``
+None vs 0, ``pg_status`` ints vs strings, ``entries`` omitted when empty.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fr_otel.dumps.safe_pickle import UnsafePickleError, loads_plain
+from fr_otel.errors import DumpError
+from fr_otel.schema import RECORD_SCHEMA, SIZES_TYPE
+
+_PROFILING_NAME = re.compile(
+    r"^(?:(?P<backend>[A-Za-z0-9_]+):)?(?P<op>[A-Za-z0-9_]+)(?:\s+(?P<meta>.*))?$"
+)
+_P2P_META = re.compile(r"^\s*(?P<me>\d+)\s*(?:->|<-)\s*(?P<peer>\d+)\s*$")
+_REQUIRED_ENTRY_KEYS = ("record_id", "process_group", "profiling_name")
+
+# Backends whose pg_config torch records wrongly (see FR reference §1.7): every gloo
+# group lands under the key '' with the ranks of whichever group was created last.
+UNTRUSTED_PG_CONFIG_BACKENDS = frozenset({"gloo"})
+
+
+@dataclass(kw_only=True, slots=True)
+class GroupSeen:
+    """A process group as one dump shows it."""
+
+    name: str
+    desc: str | None
+    ranks: list[int] | None
+    """Global ranks from a trustworthy ``pg_config``; None when unknown."""
+    entries: int = 0
+
+
+@dataclass(kw_only=True, slots=True)
+class ParsedDump:
+    """One dump file's rows plus what the fleet-level steps need to know about it."""
+
+    table: pa.Table
+    source_format: str
+    version: str | None
+    backends: set[str]
+    groups: dict[str, GroupSeen] = field(default_factory=dict)
+    record_id_span: tuple[int, int, int] = (0, -1, -1)
+    """(count, first, last) record ids: equal spans mean the same buffer in two encodings."""
+
+
+def sniff_format(data: bytes) -> str | None:
+    """``pickle``, ``json`` or None for bytes that are neither."""
+    if data[:1] == b"\x80":
+        return "pickle"
+    if data.lstrip()[:1] == b"{":
+        return "json"
+    return None
+
+
+def decode_dump(data: bytes, path: str) -> tuple[dict[str, Any], str]:
+    """Bytes -> the dump dict and its encoding, or a ``DumpError`` naming the problem."""
+    if not data:
+        raise DumpError(path, "empty", "the file is empty (0 bytes); the dump was never written")
+    fmt = sniff_format(data)
+    if fmt == "pickle":
+        try:
+            obj = loads_plain(data)
+        except UnsafePickleError as exc:
+            raise DumpError(
+                path, "hostile", f"{exc}; the file was not loaded and nothing in it ran"
+            ) from None
+        except EOFError:
+            raise DumpError(
+                path, "truncated", f"the pickle ends early ({len(data)} bytes); partial write?"
+            ) from None
+        except (pickle.UnpicklingError, ValueError, KeyError, IndexError, TypeError) as exc:
+            # every complete pickle ends with the STOP opcode
+            problem = "truncated" if not data.endswith(b".") or _ends_early(exc) else "corrupt"
+            raise DumpError(path, problem, f"not a readable pickle ({exc})") from None
+    elif fmt == "json":
+        try:
+            obj = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            # an FR JSON dump is one object: a complete one ends with its closing brace
+            problem = "corrupt" if data.rstrip().endswith(b"}") else "truncated"
+            raise DumpError(path, problem, f"not valid JSON ({exc})") from None
+    else:
+        raise DumpError(
+            path, "foreign", "neither a pickle nor a JSON document: not a Flight Recorder dump"
+        )
+    if not isinstance(obj, dict) or "version" not in obj or "pg_config" not in obj:
+        keys = sorted(obj)[:6] if isinstance(obj, dict) else type(obj).__name__
+        raise DumpError(
+            path, "foreign", f"a {fmt} file but not a Flight Recorder dump (found {keys})"
+        )
+    return obj, fmt
+
+
+def _ends_early(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "truncated" in text or "ran out of input" in text or "pickle data was" in text
+
+
+def _parse_ranks(value: Any) -> list[int] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if isinstance(value, list) and value and all(isinstance(r, int) for r in value):
+        return [int(r) for r in value]
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def split_profiling_name(name: str) -> tuple[str | None, str, int | None]:
+    """``'nccl:send 0->1'`` -> ``('nccl', 'send', 1)``: backend, op, group-local peer."""
+    match = _PROFILING_NAME.match(name)
+    if match is None:
+        return None, name, None
+    meta = match.group("meta")
+    peer = None
+    if meta:
+        p2p = _P2P_META.match(meta)
+        if p2p is not None:
+            peer = int(p2p.group("peer"))
+    return match.group("backend"), match.group("op"), peer
+
+
+def global_peer(pg_ranks: list[int] | None, local_peer: int | None) -> int | None:
+    """Map a group-local peer to a global rank (FR's send/recv names use group ranks)."""
+    if local_peer is None or pg_ranks is None or not 0 <= local_peer < len(pg_ranks):
+        return None
+    return pg_ranks[local_peer]
+
+
+# The entry fields as torch writes them. Converting every entry in one C++ call through
+# this struct type is ~10x faster than building columns in Python; keys a version lacks
+# come out null, and keys we do not list (``frames``) are ignored.
+_RAW_ENTRY = pa.struct(
+    [
+        ("record_id", pa.int64()),
+        ("pg_id", pa.int64()),
+        ("process_group", pa.list_(pa.string())),
+        ("collective_seq_id", pa.int64()),
+        ("p2p_seq_id", pa.int64()),
+        ("op_id", pa.int64()),
+        ("profiling_name", pa.string()),
+        ("time_created_ns", pa.int64()),
+        ("duration_ms", pa.float64()),
+        ("input_sizes", SIZES_TYPE),
+        ("input_dtypes", pa.list_(pa.string())),
+        ("output_sizes", SIZES_TYPE),
+        ("output_dtypes", pa.list_(pa.string())),
+        ("state", pa.string()),
+        ("time_discovered_started_ns", pa.int64()),
+        ("time_discovered_completed_ns", pa.int64()),
+        ("retired", pa.bool_()),
+        ("timeout_ms", pa.int64()),
+        ("is_p2p", pa.bool_()),
+        ("thread_name", pa.string()),
+        ("thread_id", pa.string()),
+    ]
+)
+_INT_FIELDS = frozenset(f.name for f in _RAW_ENTRY if pa.types.is_integer(f.type))
+_STR_FIELDS = frozenset(f.name for f in _RAW_ENTRY if pa.types.is_string(f.type))
+
+
+def _normalised(entry: dict[str, Any]) -> dict[str, Any]:
+    """Coerce the scalar fields of an entry written by a tool less strict than torch."""
+    out = dict(entry)
+    for key in _INT_FIELDS:
+        if key in out:
+            out[key] = _int_or_none(out[key])
+    for key in _STR_FIELDS:
+        value = out.get(key)
+        if value is not None and not isinstance(value, str):
+            out[key] = str(value)
+    group = out.get("process_group")
+    if isinstance(group, (list, tuple)):
+        out["process_group"] = [str(g) for g in group]
+    elif group is not None:
+        out["process_group"] = [str(group)]
+    return out
+
+
+def _raw_entries(entries: list[dict[str, Any]]) -> pa.StructArray:
+    try:
+        return pa.array(entries, type=_RAW_ENTRY)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return pa.array([_normalised(e) for e in entries], type=_RAW_ENTRY)
+
+
+def _without_zeros(array: pa.Array) -> pa.Array:
+    # pickle says None and JSON says 0 for "not discovered"
+    return pc.if_else(pc.equal(array, 0), pa.scalar(None, pa.int64()), array)
+
+
+def _frames_array(entries: list[dict[str, Any]], frame_list_type: pa.DataType) -> pa.Array:
+    """Convert each distinct stack once.
+
+    torch symbolises each stack once per dump and the pickle memoises it, so entries
+    from the same call site share one list object; converting by identity and taking
+    indices is much cheaper than converting every entry's frames.
+    """
+    index_of: dict[int, int] = {}
+    unique: list[Any] = []
+    indices: list[int | None] = []
+    for entry in entries:
+        stack = entry.get("frames")
+        if stack is None:
+            indices.append(None)
+            continue
+        key = id(stack)
+        position = index_of.get(key)
+        if position is None:
+            position = index_of[key] = len(unique)
+            unique.append(stack)
+        indices.append(position)
+    if not unique:
+        return pa.nulls(len(entries), type=frame_list_type)
+    return pa.array(unique, type=frame_list_type).take(pa.array(indices, type=pa.int32()))
+
+
+def _encoded(array: pa.Array) -> tuple[list[Any], pa.Array]:
+    """Distinct values (as Python objects) and each row's index into them."""
+    encoded = pc.dictionary_encode(array)
+    return encoded.dictionary.to_pylist(), encoded.indices
+
+
+def dump_to_table(
+    dump: Mapping[str, Any],
+    *,
+    path: str,
+    source_format: str,
+    job: str,
+    incident: str,
+    rank: int,
+    dump_time_ns: int | None,
+) -> ParsedDump:
+    """Turn one decoded dump into canonical rows.
+
+    Raises ``DumpError`` (``foreign``/``corrupt``) when the dump's structure is not FR's.
+    """
+    version = dump.get("version")
+    version = str(version) if version is not None else None
+    entries = dump.get("entries", [])
+    if not isinstance(entries, list):
+        raise DumpError(path, "corrupt", f"'entries' is a {type(entries).__name__}, not a list")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise DumpError(path, "corrupt", f"entry {index} is a {type(entry).__name__}")
+        for key in _REQUIRED_ENTRY_KEYS:
+            if key not in entry:
+                raise DumpError(path, "corrupt", f"entry {index} has no '{key}' field")
+    try:
+        return _build(
+            dump, entries, path, source_format, job, incident, rank, dump_time_ns, version
+        )
+    except (TypeError, ValueError, IndexError, pa.ArrowException) as exc:
+        raise DumpError(path, "corrupt", f"unexpected field contents ({exc})") from None
+
+
+def _build(
+    dump: Mapping[str, Any],
+    entries: list[dict[str, Any]],
+    path: str,
+    source_format: str,
+    job: str,
+    incident: str,
+    rank: int,
+    dump_time_ns: int | None,
+    version: str | None,
+) -> ParsedDump:
+    n = len(entries)
+    raw = _raw_entries(entries)
+    if raw.field("record_id").null_count:
+        raise ValueError("an entry has a null record_id")
+    group_field = raw.field("process_group")
+    lengths = pc.list_value_length(group_field)
+    shortest = pc.min(lengths).as_py() if n else 2
+    if shortest is None or shortest < 1:
+        raise ValueError("an entry has an empty process_group")
+    name_values, name_index = _encoded(pc.list_element(group_field, 0))
+    if shortest >= 2:
+        desc_column = pc.list_element(group_field, 1)
+    else:  # a (name,) group from a tool that left the description out
+        desc_column = pa.array(
+            [g[1] if len(g) > 1 else None for g in group_field.to_pylist()], type=pa.string()
+        )
+
+    profiling_values, profiling_index = _encoded(raw.field("profiling_name"))
+    split = [split_profiling_name(str(name)) for name in profiling_values]
+    backends = {backend for backend, _, _ in split if backend}
+
+    pg_config = dump.get("pg_config") or {}
+    trust_config = isinstance(pg_config, dict) and not (backends & UNTRUSTED_PG_CONFIG_BACKENDS)
+    counts = pc.value_counts(name_index).to_pylist()
+    first_desc: dict[int, str | None] = {}
+    descs_py = desc_column.to_pylist() if n else []
+    for row, idx in enumerate(name_index.to_pylist()):
+        if idx not in first_desc:
+            first_desc[idx] = descs_py[row]
+    groups: dict[str, GroupSeen] = {}
+    group_ranks: list[list[int] | None] = []
+    for idx, name in enumerate(name_values):
+        ranks = None
+        if trust_config:
+            config = pg_config.get(name)
+            if isinstance(config, dict):
+                ranks = _parse_ranks(config.get("ranks"))
+        group_ranks.append(ranks)
+        groups[name] = GroupSeen(name=name, desc=first_desc.get(idx), ranks=ranks)
+    for count in counts:
+        groups[name_values[count["values"]]].entries = count["counts"]
+
+    peer_cache: dict[tuple[int, int], int | None] = {}
+    peers: list[int | None] = []
+    for g, p in zip(name_index.to_pylist(), profiling_index.to_pylist(), strict=True):
+        key = (g, p)
+        if key not in peer_cache:
+            peer_cache[key] = global_peer(group_ranks[g], split[p][2])
+        peers.append(peer_cache[key])
+
+    status = dump.get("pg_status")
+    status = status if isinstance(status, dict) else {}
+    pg_id_values, pg_id_index = _encoded(raw.field("pg_id"))
+
+    def status_column(key: str) -> pa.Array:
+        per_id = []
+        for pg_id in pg_id_values:
+            row = status.get(str(pg_id))
+            per_id.append(_int_or_none(row.get(key)) if isinstance(row, dict) else None)
+        return pa.array(per_id, type=pa.int64()).take(pg_id_index)
+
+    record_ids = raw.field("record_id")
+    comm_lib = dump.get("comm_lib_version", dump.get("nccl_version"))
+
+    def constant(value: Any, dtype: pa.DataType) -> pa.Array:
+        return pa.repeat(pa.scalar(value, type=dtype), n)
+
+    columns: dict[str, Any] = {
+        "job": constant(job, pa.string()),
+        "incident": constant(incident, pa.string()),
+        "rank": constant(rank, pa.int64()),
+        "pg_id": raw.field("pg_id"),
+        "pg_name": pa.array(name_values, type=pa.string()).take(name_index),
+        "pg_desc": desc_column,
+        "pg_ranks": pa.array(group_ranks, type=pa.list_(pa.int64())).take(name_index),
+        "pg_ranks_inferred": constant(False, pa.bool_()),
+        "record_id": record_ids,
+        "collective_seq_id": raw.field("collective_seq_id"),
+        "p2p_seq_id": raw.field("p2p_seq_id"),
+        "op_id": raw.field("op_id"),
+        "backend": pa.array([b for b, _, _ in split], type=pa.string()).take(profiling_index),
+        "op": pa.array([o for _, o, _ in split], type=pa.string()).take(profiling_index),
+        "profiling_name": raw.field("profiling_name"),
+        "peer": pa.array(peers, type=pa.int64()),
+        "input_sizes": raw.field("input_sizes"),
+        "output_sizes": raw.field("output_sizes"),
+        "input_dtypes": raw.field("input_dtypes"),
+        "output_dtypes": raw.field("output_dtypes"),
+        "state": raw.field("state"),
+        "time_created_ns": raw.field("time_created_ns"),
+        "time_started_ns": _without_zeros(raw.field("time_discovered_started_ns")),
+        "time_completed_ns": _without_zeros(raw.field("time_discovered_completed_ns")),
+        "duration_ms": raw.field("duration_ms"),
+        "retired": raw.field("retired"),
+        "timeout_ms": raw.field("timeout_ms"),
+        "is_p2p": raw.field("is_p2p"),
+        "thread_name": raw.field("thread_name"),
+        "thread_id": raw.field("thread_id"),
+        "frames": _frames_array(entries, RECORD_SCHEMA.field("frames").type),
+        "pg_last_enqueued_seq": status_column("last_enqueued_collective"),
+        "pg_last_started_seq": status_column("last_started_collective"),
+        "pg_last_completed_seq": status_column("last_completed_collective"),
+        "dump_time_ns": constant(dump_time_ns, pa.int64()),
+        "source_file": constant(path, pa.string()),
+        "source_format": constant(source_format, pa.string()),
+        "fr_version": constant(version, pa.string()),
+        "comm_lib_version": constant(None if comm_lib is None else str(comm_lib), pa.string()),
+    }
+    table = pa.Table.from_arrays([columns[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+    span = (n, record_ids[0].as_py(), record_ids[n - 1].as_py()) if n else (0, -1, -1)
+    return ParsedDump(
+        table=table,
+        source_format=source_format,
+        version=version,
+        backends=backends,
+        groups=groups,
+        record_id_span=span,
+    )

@@ -1,0 +1,42 @@
+"""A restricted unpickler for Flight Recorder dumps.
+
+FR dumps are pickles, and unpickling an arbitrary pickle runs whatever code it names.
+torch writes dumps with only dicts, lists, tuples, strings, numbers, bools and None, so
+this unpickler refuses every opcode that would look up a global or an external object.
+Nothing named by a refused pickle is imported or called: the refusal happens in
+``find_class`` / ``persistent_load``, before any object exists.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any, NoReturn
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """The pickle asked to import or call something: it is not a plain FR dump."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"refused to import {what}: an FR dump holds only plain data")
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    # The C Unpickler calls these for GLOBAL, STACK_GLOBAL, INST, OBJ, EXT* and
+    # PERSID/BINPERSID, the only ways a pickle can reach a callable. Refusing them
+    # leaves REDUCE/BUILD/NEWOBJ with nothing to call.
+    def find_class(self, module: str, name: str) -> NoReturn:
+        raise UnsafePickleError(f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> NoReturn:
+        raise UnsafePickleError(f"persistent object {pid!r}")
+
+
+def loads_plain(data: bytes) -> Any:
+    """Unpickle ``data`` allowing only plain containers and scalars.
+
+    Raises ``UnsafePickleError`` for a pickle that references any global, and the usual
+    ``pickle.UnpicklingError`` / ``EOFError`` / ``ValueError`` for a damaged one.
+    """
+    return _PlainDataUnpickler(io.BytesIO(data)).load()

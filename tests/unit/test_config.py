@@ -1,0 +1,51 @@
+"""Configuration precedence: argument > specific variable > generic variable > default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fr_otel import config
+from fr_otel.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("explicit", "environ", "expected"),
+    [
+        (None, {}, "default"),
+        (None, {"OTEL_SERVICE_NAME": "svc"}, "svc"),
+        (None, {"OTEL_SERVICE_NAME": "svc", "FR_OTEL_JOB": "job1"}, "job1"),
+        ("arg", {"OTEL_SERVICE_NAME": "svc", "FR_OTEL_JOB": "job1"}, "arg"),
+        (None, {"FR_OTEL_JOB": "bad/name", "OTEL_SERVICE_NAME": "svc"}, "svc"),
+        (None, {"FR_OTEL_JOB": "  "}, "default"),
+    ],
+)
+def test_job_name_precedence(explicit: str | None, environ: dict[str, str], expected: str) -> None:
+    assert config.job_name(explicit, environ) == expected
+
+
+def test_bad_explicit_job_raises_naming_it() -> None:
+    with pytest.raises(ConfigError, match="job 'a b'"):
+        config.job_name("a b", {})
+
+
+@pytest.mark.parametrize(
+    ("explicit", "environ", "expected"),
+    [
+        (None, {}, Path("fr-otel-archive")),
+        (None, {"FR_OTEL_ARCHIVE": "/data/fr"}, Path("/data/fr")),
+        ("here", {"FR_OTEL_ARCHIVE": "/data/fr"}, Path("here")),
+    ],
+)
+def test_archive_precedence(explicit: str | None, environ: dict[str, str], expected: Path) -> None:
+    assert config.archive_dir(explicit, environ) == expected
+
+
+def test_workers_fall_back_on_bad_environment(caplog: pytest.LogCaptureFixture) -> None:
+    assert config.import_workers(None, {"FR_OTEL_IMPORT_WORKERS": "3"}) == 3
+    assert config.import_workers(None, {"FR_OTEL_IMPORT_WORKERS": "lots"}) >= 1
+    assert "FR_OTEL_IMPORT_WORKERS" in caplog.text
+    assert config.import_workers(2, {"FR_OTEL_IMPORT_WORKERS": "3"}) == 2
+    with pytest.raises(ConfigError):
+        config.import_workers(0, {})
