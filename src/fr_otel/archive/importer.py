@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -161,6 +162,22 @@ def _plan(files: list[DumpFile], *, archive: Path, job: str, incident: str | Non
     return tasks
 
 
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """fork where it is safe, forkserver where the caller runs other threads.
+
+    fork starts workers in milliseconds and, unlike spawn/forkserver, does not re-import
+    the caller's main script (which would break callers without a ``__main__`` guard).
+    With other Python threads alive, a forked child could inherit a lock held by one of
+    them, so then the clean forkserver is used instead.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        return multiprocessing.get_context("forkserver")
+    return multiprocessing.get_context("spawn")
+
+
 def _run(tasks: list[_Task], workers: int, on_progress: ProgressCallback | None) -> list[_Outcome]:
     outcomes: list[_Outcome] = []
     total = len(tasks)
@@ -170,11 +187,7 @@ def _run(tasks: list[_Task], workers: int, on_progress: ProgressCallback | None)
             if on_progress:
                 on_progress(len(outcomes), total)
         return outcomes
-    # forkserver: workers start from a clean single-threaded server, so no lock held by
-    # a pyarrow/duckdb thread in the parent can be inherited half-taken.
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["fr_otel.archive.importer"])
-    with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=_pool_context()) as pool:
         futures = [pool.submit(_load_and_stage, task) for task in tasks]
         for future in as_completed(futures):
             outcomes.append(future.result())

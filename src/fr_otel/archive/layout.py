@@ -25,7 +25,9 @@ import pyarrow.parquet as pq
 from fr_otel.errors import ArchiveError
 
 PARQUET_GLOB = "**/*.parquet"
-COMPRESSION = "zstd"
+# lz4 writes 2x faster than zstd here for files ~1.7x larger (~45 bytes an entry);
+# the import is bound by this write, and archives stay small either way.
+COMPRESSION = "lz4"
 
 
 def partition_dir(archive: Path, job: str, incident: str) -> Path:

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from fr_otel.dumps.discover import DumpFile
-from fr_otel.dumps.parse import ParsedDump, decode_dump, dump_to_table
+from fr_otel.dumps.parse import ParsedDump, decode_dump_stream, dump_to_table
 from fr_otel.errors import DumpError
 
 LoadedDump = ParsedDump
 
 
-def read_dump_bytes(path: Path) -> tuple[bytes, int]:
-    """The file's bytes and its mtime in ns (the best dump time a file can tell)."""
+def _open(path: Path) -> BinaryIO:
     try:
-        with path.open("rb") as handle:
-            mtime_ns = os.fstat(handle.fileno()).st_mtime_ns
-            return handle.read(), mtime_ns
+        return path.open("rb")
     except FileNotFoundError:
         raise DumpError(path, "missing", "no such file") from None
     except IsADirectoryError:
@@ -35,8 +33,10 @@ def load_dump_file(dump: DumpFile, *, job: str, incident: str) -> LoadedDump:
             "cannot tell the rank: a dump's file name must end in its rank"
             " (e.g. nccl_trace_rank_3, rank_3.json)",
         )
-    data, mtime_ns = read_dump_bytes(dump.path)
-    obj, fmt = decode_dump(data, str(dump.path))
+    with _open(dump.path) as handle:
+        # the file's mtime is the best dump time a file can tell
+        mtime_ns = os.fstat(handle.fileno()).st_mtime_ns
+        obj, fmt = decode_dump_stream(handle, str(dump.path))
     return dump_to_table(
         obj,
         path=str(dump.path),

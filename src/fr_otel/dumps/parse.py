@@ -9,17 +9,19 @@ None vs 0, ``pg_status`` ints vs strings, ``entries`` omitted when empty.
 
 from __future__ import annotations
 
+import gc
+import io
 import json
 import pickle
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fr_otel.dumps.safe_pickle import UnsafePickleError, loads_plain
+from fr_otel.dumps.safe_pickle import UnsafePickleError, load_plain
 from fr_otel.errors import DumpError
 from fr_otel.schema import RECORD_SCHEMA, SIZES_TYPE
 
@@ -58,36 +60,36 @@ class ParsedDump:
     """(count, first, last) record ids: equal spans mean the same buffer in two encodings."""
 
 
-def sniff_format(data: bytes) -> str | None:
-    """``pickle``, ``json`` or None for bytes that are neither."""
-    if data[:1] == b"\x80":
+def sniff_format(head: bytes) -> str | None:
+    """``pickle``, ``json`` or None, from the first bytes of a file."""
+    if head[:1] == b"\x80":
         return "pickle"
-    if data.lstrip()[:1] == b"{":
+    if head.lstrip()[:1] == b"{":
         return "json"
     return None
 
 
 def decode_dump(data: bytes, path: str) -> tuple[dict[str, Any], str]:
     """Bytes -> the dump dict and its encoding, or a ``DumpError`` naming the problem."""
-    if not data:
+    return decode_dump_stream(io.BufferedReader(io.BytesIO(data)), path)
+
+
+def decode_dump_stream(handle: BinaryIO, path: str) -> tuple[dict[str, Any], str]:
+    """Like ``decode_dump`` for a seekable binary stream positioned at its start.
+
+    Unpickling straight from a buffered file is ~3x faster than from an in-memory copy
+    (the C unpickler prefetches through ``peek``), and this is the import's hot path.
+    """
+    head = handle.peek(64)[:64] if hasattr(handle, "peek") else handle.read(64)
+    if not hasattr(handle, "peek"):
+        handle.seek(0)
+    if not head:
         raise DumpError(path, "empty", "the file is empty (0 bytes); the dump was never written")
-    fmt = sniff_format(data)
+    fmt = sniff_format(head)
     if fmt == "pickle":
-        try:
-            obj = loads_plain(data)
-        except UnsafePickleError as exc:
-            raise DumpError(
-                path, "hostile", f"{exc}; the file was not loaded and nothing in it ran"
-            ) from None
-        except EOFError:
-            raise DumpError(
-                path, "truncated", f"the pickle ends early ({len(data)} bytes); partial write?"
-            ) from None
-        except (pickle.UnpicklingError, ValueError, KeyError, IndexError, TypeError) as exc:
-            # every complete pickle ends with the STOP opcode
-            problem = "truncated" if not data.endswith(b".") or _ends_early(exc) else "corrupt"
-            raise DumpError(path, problem, f"not a readable pickle ({exc})") from None
+        obj = _unpickle(handle, path)
     elif fmt == "json":
+        data = handle.read()
         try:
             obj = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -104,6 +106,33 @@ def decode_dump(data: bytes, path: str) -> tuple[dict[str, Any], str]:
             path, "foreign", f"a {fmt} file but not a Flight Recorder dump (found {keys})"
         )
     return obj, fmt
+
+
+def _unpickle(handle: BinaryIO, path: str) -> Any:
+    # A dump is one big tree of small containers; the cyclic GC would rescan it many
+    # times while it grows and find nothing to collect (torchfrtrace disables it too).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return load_plain(handle)
+    except UnsafePickleError as exc:
+        raise DumpError(
+            path, "hostile", f"{exc}; the file was not loaded and nothing in it ran"
+        ) from None
+    except (EOFError, pickle.UnpicklingError, ValueError, KeyError, IndexError, TypeError) as exc:
+        handle.seek(0, io.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(size - 1, 0))
+        # every complete pickle ends with the STOP opcode
+        ends_with_stop = handle.read(1) == b"."
+        if isinstance(exc, EOFError) or not ends_with_stop or _ends_early(exc):
+            raise DumpError(
+                path, "truncated", f"the pickle ends early ({size} bytes; {exc or 'EOF'})"
+            ) from None
+        raise DumpError(path, "corrupt", f"not a readable pickle ({exc})") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def _ends_early(exc: Exception) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -31,6 +31,11 @@ class _PlainDataUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> NoReturn:
         raise UnsafePickleError(f"persistent object {pid!r}")
+
+
+def load_plain(handle: BinaryIO) -> Any:
+    """Unpickle one object from a binary file, allowing only plain containers and scalars."""
+    return _PlainDataUnpickler(handle).load()
 
 
 def loads_plain(data: bytes) -> Any:

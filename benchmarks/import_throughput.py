@@ -1,0 +1,85 @@
+"""Import throughput: fr-otel import vs. the floor, plain pickle.load of the same files.
+
+Writes a simulated NCCL fleet (256 ranks x 2000 entries with stack frames by default),
+then, in one run, times:
+
+- the floor: ``pickle.load`` of every dump file in one process (what any Python tool,
+  torchfrtrace included, pays before doing anything with the data);
+- ``fr_otel.archive.import_dumps`` into a fresh archive with all cores (restricted
+  unpickling, conversion to the canonical schema, Parquet write), and with one worker.
+
+Goal (issue 2): fr-otel's wall time at most 2x the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import shutil
+import time
+from pathlib import Path
+
+from fr_otel.archive import import_dumps
+from fr_otel.sim import FleetSpec, simulate, write_fleet
+
+
+def _floor(files: list[Path]) -> tuple[float, int]:
+    start = time.perf_counter()
+    entries = 0
+    for path in files:
+        with path.open("rb") as handle:
+            entries += len(pickle.load(handle)["entries"])
+    return time.perf_counter() - start, entries
+
+
+def _ours(dumps: Path, archive: Path, workers: int | None) -> tuple[float, int]:
+    shutil.rmtree(archive, ignore_errors=True)
+    start = time.perf_counter()
+    report = import_dumps([dumps], archive=archive, incident="bench", workers=workers)
+    elapsed = time.perf_counter() - start
+    if not report.ok:
+        raise SystemExit(f"import failed: {report.problems[:3]}")
+    return elapsed, report.entries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world", type=int, default=256)
+    parser.add_argument("--entries", type=int, default=2000)
+    parser.add_argument("--out", type=Path, default=Path("bench-out/import"))
+    parser.add_argument("--repeat", type=int, default=3, help="best of N for each timing")
+    args = parser.parse_args()
+
+    dumps = args.out / "dumps"
+    shutil.rmtree(args.out, ignore_errors=True)
+    start = time.perf_counter()
+    fleet = simulate(FleetSpec(world=args.world, entries=args.entries, fault="none"))
+    files = write_fleet(fleet, dumps)
+    size_mb = sum(f.stat().st_size for f in files) / 1e6
+    print(
+        f"fleet: {args.world} ranks x {args.entries} entries, {len(files)} pickle files,"
+        f" {size_mb:.0f} MB, written in {time.perf_counter() - start:.1f}s; {os.cpu_count()} cores"
+    )
+
+    floor_s, floor_entries = min(_floor(files) for _ in range(args.repeat))
+    all_s, all_entries = min(
+        _ours(dumps, args.out / "archive", None) for _ in range(args.repeat)
+    )
+    one_s, _ = min(_ours(dumps, args.out / "archive1", 1) for _ in range(args.repeat))
+    if all_entries != floor_entries:
+        raise SystemExit(f"row count mismatch: imported {all_entries}, dumps hold {floor_entries}")
+
+    print(f"{'':34}{'wall s':>8}{'entries/s':>14}{'x floor':>9}")
+    for label, seconds in (
+        ("floor: pickle.load, 1 process", floor_s),
+        ("fr-otel import, all cores", all_s),
+        ("fr-otel import, 1 worker", one_s),
+    ):
+        print(f"{label:34}{seconds:8.2f}{floor_entries / seconds:14,.0f}{seconds / floor_s:9.2f}")
+    goal = all_s <= 2 * floor_s
+    print(f"goal (all cores <= 2x floor): {'met' if goal else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
