@@ -195,3 +195,16 @@ def test_unusable_archive_and_names_raise_typed_errors(healthy_dir: Path, tmp_pa
         import_dumps([healthy_dir], archive=blocker)
     with pytest.raises(ConfigError, match=r"job '\.\./etc'"):
         import_dumps([healthy_dir], archive=tmp_path / "a", job="../etc")
+
+
+def test_main_turns_typed_errors_into_one_line_and_exit_2(
+    healthy_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fr_otel.cli import main
+
+    code = main(["import", str(healthy_dir), "--archive", str(tmp_path / "a"), "--job", "a/b"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("fr-otel: error: job 'a/b' is not usable")
+    assert len(err.strip().splitlines()) == 1
+    assert main(["import", str(healthy_dir), "--archive", str(tmp_path / "a")]) == 0
