@@ -13,13 +13,12 @@ from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
 
 DEMO_SCENARIO = "skipped_collective"
 
-# Where each rank stopped, per group: the rank that skipped a collective is one
-# sequence number behind, or ahead, of its peers, and its last ops differ.
+# The last collectives each rank issued, per group: the rank that skipped one is a
+# sequence number behind its peers, and its ops no longer line up with theirs.
 DEMO_QUERY = """\
 SELECT pg_desc AS "group", rank,
        max(collective_seq_id) AS last_seq,
-       arg_max(op, record_id) AS last_op,
-       count(*) AS entries
+       list(op || '#' || collective_seq_id ORDER BY record_id)[-3:] AS last_three
 FROM read_parquet('{archive}/**/*.parquet', hive_partitioning = true)
 GROUP BY ALL
 ORDER BY "group", rank"""
