@@ -59,8 +59,8 @@ def test_real_gloo_dumps_import_with_right_rows_and_groups(folder: Path, tmp_pat
     assert all(inferred for _, _, inferred in groups)
     frames = duckdb.execute(
         "SELECT count(*) FILTER (frames IS NULL), count(*) FROM read_parquet(?)", [glob]
-    ).fetchone()
-    assert frames is not None and frames[0] == 0 and frames[1] > 0
+    ).fetchall()
+    assert frames[0][0] == 0 and frames[0][1] > 0
 
 
 def test_demo_runs_a_real_job_and_shows_the_lagging_rank(

@@ -67,7 +67,8 @@ def demo(out: Path, world: int) -> int:
     query = DEMO_QUERY.format(archive=archive.as_posix())
     click.echo("3. Where did each rank stop? (DuckDB over the archive)")
     click.echo("\n".join("   " + line for line in query.splitlines()))
-    click.echo(str(duckdb.sql(query)))
+    with duckdb.connect() as connection:
+        click.echo(str(connection.sql(query)))
     culprits = ", ".join(map(str, scenario.culprit_ranks)) or "none"
     click.echo(
         f"The injected fault was on rank {culprits}. `fr-otel analyze` (coming next) names it"
