@@ -78,3 +78,17 @@ def test_demo_runs_a_real_job_and_shows_the_lagging_rank(
     }
     assert rows == {"0": "9", "1": "8", "2": "9"}
     assert list((tmp_path / "demo" / "archive").rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("dropped", [1, 3])
+def test_a_missing_gloo_rank_is_reported_even_the_last(dropped: int, tmp_path: Path) -> None:
+    source = DATA / "gloo_healthy"
+    copy = tmp_path / "dumps"
+    copy.mkdir()
+    for path in source.iterdir():
+        if path.is_file() and not path.name.startswith(f"comm_lib_trace_rank_{dropped}"):
+            (copy / path.name).write_bytes(path.read_bytes())
+    report = import_dumps([copy], archive=tmp_path / "arc")
+    assert report.ok
+    assert report.missing_ranks == [dropped]
+    assert f"missing ranks: {dropped}" in report.summary()

@@ -208,3 +208,22 @@ def test_main_turns_typed_errors_into_one_line_and_exit_2(
     assert err.startswith("fr-otel: error: job 'a/b' is not usable")
     assert len(err.strip().splitlines()) == 1
     assert main(["import", str(healthy_dir), "--archive", str(tmp_path / "a")]) == 0
+
+
+def test_missing_last_gloo_rank_is_seen_through_all_gather_shapes(tmp_path: Path) -> None:
+    broken = {"": {"name": "", "desc": "", "ranks": "[]"}}
+    gather = fr_entry(record_id=1, seq=2, op="gloo:all_gather", sizes=[[8]])
+    gather["output_sizes"] = [[4, 8]]  # gloo stacks the list variant: [world, n]
+    for rank in (0, 1, 2):  # rank 3 of 4 wrote no dump
+        entries = [fr_entry(record_id=0, seq=1, op="gloo:all_reduce"), gather]
+        write_pickle(tmp_path / "d" / f"rank_{rank}", fr_dump(entries, pg_config=broken))
+    report = import_dumps([tmp_path / "d"], archive=tmp_path / "arc")
+    assert report.ok and report.missing_ranks == [3]
+
+
+def test_dump_with_no_entries_imports_as_a_rank_with_no_rows(tmp_path: Path) -> None:
+    write_json(tmp_path / "d" / "rank_0.json", fr_dump([]))
+    write_pickle(tmp_path / "d" / "rank_1", two_rank_dumps()[1])
+    report = import_dumps([tmp_path / "d"], archive=tmp_path / "arc", incident="x")
+    assert report.ok and report.ranks == [0, 1] and report.entries == 3
+    assert _rows(tmp_path / "arc") == [("default", "x", 1, 3)]

@@ -6,7 +6,8 @@ group that never created a communicator. For those groups membership is inferred
 which ranks hold entries of that group name and marked ``pg_ranks_inferred``: a member
 that never issued any collective of the group, or whose dump is missing, cannot be seen.
 The default group is the exception: it spans every rank, so its inferred membership is
-every rank from 0 to the highest rank seen anywhere.
+every rank from 0 to the highest rank seen anywhere, or implied by the shapes of an
+all_gather over it (so that a missing last rank still shows).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def resolve_memberships(
     ranks recorded wins. Groups without one are inferred (see the module docstring).
     """
     holders: dict[str, set[int]] = {}
+    size_hints: dict[str, int] = {}
     configured: dict[str, Counter[tuple[int, ...]]] = {}
     descs: dict[str, str | None] = {}
     for rank, groups in groups_by_rank.items():
@@ -51,7 +53,12 @@ def resolve_memberships(
                 configured.setdefault(name, Counter())[tuple(seen.ranks)] += 1
             if descs.get(name) is None:
                 descs[name] = seen.desc
+            if seen.size_hint:
+                size_hints[name] = max(size_hints.get(name, 0), seen.size_hint)
     all_ranks = set(groups_by_rank)
+    for name, hint in size_hints.items():
+        if descs.get(name) == DEFAULT_PG_DESC:
+            all_ranks.update(range(hint))
     for counter in configured.values():
         for ranks in counter:
             all_ranks.update(ranks)

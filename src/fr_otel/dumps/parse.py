@@ -45,6 +45,9 @@ class GroupSeen:
     ranks: list[int] | None
     """Global ranks from a trustworthy ``pg_config``; None when unknown."""
     entries: int = 0
+    size_hint: int | None = None
+    """Group size implied by an all_gather's shapes; lets a missing top rank be seen
+    when ``ranks`` is unknown (gloo)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -269,6 +272,50 @@ def _frames_array(entries: list[dict[str, Any]], frame_list_type: pa.DataType) -
     return pa.array(unique, type=frame_list_type).take(pa.array(indices, type=pa.int32()))
 
 
+_ALL_GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor"})
+
+
+def _numel(shape: list[int]) -> int:
+    total = 1
+    for dim in shape:
+        total *= dim
+    return total
+
+
+def _add_size_hints(
+    groups: dict[str, GroupSeen],
+    name_values: list[Any],
+    name_index: pa.Array,
+    split: list[tuple[str | None, str, int | None]],
+    profiling_index: pa.Array,
+    raw: pa.StructArray,
+) -> None:
+    """An all_gather's output holds one input per member: its shapes give the group size.
+
+    gloo stacks the list variant into one ``[world, n]`` tensor; NCCL's list variant has
+    one output tensor per member; the tensor variants have ``world * n`` elements.
+    """
+    ops = [split[i][1] for i in profiling_index.to_pylist()]
+    rows = [i for i, op in enumerate(ops) if op in _ALL_GATHER_OPS]
+    if not rows:
+        return
+    names = name_index.to_pylist()
+    inputs = raw.field("input_sizes").take(pa.array(rows)).to_pylist()
+    outputs = raw.field("output_sizes").take(pa.array(rows)).to_pylist()
+    for row, ins, outs in zip(rows, inputs, outputs, strict=True):
+        if not ins or not outs or len(ins) != 1:
+            continue
+        in_numel = _numel(ins[0])
+        if len(outs) > 1:
+            size = len(outs)
+        elif in_numel and _numel(outs[0]) % in_numel == 0:
+            size = _numel(outs[0]) // in_numel
+        else:
+            continue
+        group = groups[name_values[names[row]]]
+        group.size_hint = max(group.size_hint or 0, size)
+
+
 def _encoded(array: pa.Array) -> tuple[list[Any], pa.Array]:
     """Distinct values (as Python objects) and each row's index into them."""
     encoded = pc.dictionary_encode(array)
@@ -360,6 +407,8 @@ def _build(
         groups[name] = GroupSeen(name=name, desc=first_desc.get(idx), ranks=ranks)
     for count in counts:
         groups[name_values[count["values"]]].entries = count["counts"]
+    if not trust_config:
+        _add_size_hints(groups, name_values, name_index, split, profiling_index, raw)
 
     peer_cache: dict[tuple[int, int], int | None] = {}
     peers: list[int | None] = []
