@@ -4,7 +4,8 @@ Writes a simulated NCCL fleet (256 ranks x 2000 entries with stack frames by def
 then, in one run, times:
 
 - the floor: ``pickle.load`` of every dump file in one process (what any Python tool,
-  torchfrtrace included, pays before doing anything with the data);
+  torchfrtrace included, pays before doing anything with the data), also with the GC
+  off as torchfrtrace's loader does;
 - ``fr_otel.archive.import_dumps`` into a fresh archive with all cores (restricted
   unpickling, conversion to the canonical schema, Parquet write), and with one worker.
 
@@ -14,6 +15,7 @@ Goal (issue 2): fr-otel's wall time at most 2x the floor.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import pickle
 import shutil
@@ -24,13 +26,18 @@ from fr_otel.archive import import_dumps
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 
 
-def _floor(files: list[Path]) -> tuple[float, int]:
-    start = time.perf_counter()
-    entries = 0
-    for path in files:
-        with path.open("rb") as handle:
-            entries += len(pickle.load(handle)["entries"])
-    return time.perf_counter() - start, entries
+def _floor(files: list[Path], *, gc_off: bool = False) -> tuple[float, int]:
+    if gc_off:
+        gc.disable()
+    try:
+        start = time.perf_counter()
+        entries = 0
+        for path in files:
+            with path.open("rb") as handle:
+                entries += len(pickle.load(handle)["entries"])
+        return time.perf_counter() - start, entries
+    finally:
+        gc.enable()
 
 
 def _ours(dumps: Path, archive: Path, workers: int | None) -> tuple[float, int]:
@@ -63,9 +70,9 @@ def main() -> None:
     )
 
     floor_s, floor_entries = min(_floor(files) for _ in range(args.repeat))
-    all_s, all_entries = min(
-        _ours(dumps, args.out / "archive", None) for _ in range(args.repeat)
-    )
+    # torchfrtrace's loader disables the GC while loading; show that floor too
+    nogc_s, _ = min(_floor(files, gc_off=True) for _ in range(args.repeat))
+    all_s, all_entries = min(_ours(dumps, args.out / "archive", None) for _ in range(args.repeat))
     one_s, _ = min(_ours(dumps, args.out / "archive1", 1) for _ in range(args.repeat))
     if all_entries != floor_entries:
         raise SystemExit(f"row count mismatch: imported {all_entries}, dumps hold {floor_entries}")
@@ -73,6 +80,7 @@ def main() -> None:
     print(f"{'':34}{'wall s':>8}{'entries/s':>14}{'x floor':>9}")
     for label, seconds in (
         ("floor: pickle.load, 1 process", floor_s),
+        ("pickle.load with GC off", nogc_s),
         ("fr-otel import, all cores", all_s),
         ("fr-otel import, 1 worker", one_s),
     ):
