@@ -1,8 +1,96 @@
-"""Placeholder until the simulator's CLI lands (helper-1 replaces this file)."""
+"""``fr-otel simulate``: write a simulated fleet's Flight Recorder dumps to a directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
+from fr_otel.sim import FAULT_KINDS, FleetSpec, write_fleet
+from fr_otel.sim import simulate as run_simulation
+
 
 @click.command("simulate")
-def simulate() -> None:
-    """Not built yet."""
+@click.argument("outdir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--world", type=int, required=True, help="Number of ranks.")
+@click.option(
+    "--entries",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="FR ring size per rank (TORCH_FR_BUFFER_SIZE).",
+)
+@click.option(
+    "--fault",
+    type=click.Choice(FAULT_KINDS),
+    default="none",
+    show_default=True,
+    help="Fault to inject in the last training step.",
+)
+@click.option("--fault-rank", type=int, default=None, help="Culprit rank (default: mid-world).")
+@click.option("--tp", type=int, default=None, help="Tensor-parallel size (default: 2 if even).")
+@click.option("--pp", type=int, default=None, help="Pipeline stages (default: 4, 2 or 1).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for timings.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["pickle", "json"]),
+    default="pickle",
+    show_default=True,
+    help="pickle (what the watchdog writes) or json (_dump_fr_trace_json).",
+)
+@click.option("--prefix", default="nccl_trace_rank_", show_default=True, help="File prefix.")
+@click.option(
+    "--omit-rank",
+    "omit_ranks",
+    type=int,
+    multiple=True,
+    help="Leave this rank's file out, as if it never dumped (repeatable).",
+)
+@click.option("--no-stack-traces", is_flag=True, help="Leave out `frames`.")
+@click.option("--no-timing", is_flag=True, help="As without TORCH_NCCL_ENABLE_TIMING.")
+@click.option("--truth", "write_truth", is_flag=True, help="Also write truth.json.")
+def simulate(
+    outdir: Path,
+    world: int,
+    entries: int,
+    fault: str,
+    fault_rank: int | None,
+    tp: int | None,
+    pp: int | None,
+    seed: int,
+    fmt: str,
+    prefix: str,
+    omit_ranks: tuple[int, ...],
+    no_stack_traces: bool,
+    no_timing: bool,
+    write_truth: bool,
+) -> None:
+    """Simulate a 3D-parallel NCCL job and write each rank's FR dump into OUTDIR."""
+    bad = sorted({r for r in omit_ranks if not 0 <= r < world})
+    if bad:
+        raise click.UsageError(f"--omit-rank {bad[0]} is outside [0, {world})")
+    if outdir.exists() and any(outdir.iterdir()):
+        raise click.UsageError(f"{outdir} is not empty; dumps of two runs must not mix")
+    spec = FleetSpec(
+        world=world,
+        entries=entries,
+        tp=tp,
+        pp=pp,
+        fault=fault,
+        fault_rank=fault_rank,
+        seed=seed,
+        stack_traces=not no_stack_traces,
+        timing=not no_timing,
+    )
+    fleet = run_simulation(spec)
+    written = write_fleet(
+        fleet,
+        outdir,
+        fmt="json" if fmt == "json" else "pickle",
+        prefix=prefix,
+        omit_ranks=omit_ranks,
+        write_truth=write_truth,
+    )
+    culprit = ",".join(str(r) for r in fleet.truth.culprit_ranks) or "none"
+    click.echo(f"wrote {len(written)} dump files to {outdir}; fault: {fault}; culprit: {culprit}")
