@@ -23,11 +23,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fr_otel.errors import ArchiveError
+from fr_otel.schema import RECORD_SCHEMA
 
 PARQUET_GLOB = "**/*.parquet"
-# lz4 writes 2x faster than zstd here for files ~1.7x larger (~45 bytes an entry);
-# the import is bound by this write, and archives stay small either way.
+# The import is bound by this write. lz4 writes ~25% faster than zstd here for files
+# ~1.3x larger (~50 bytes an entry). Dictionary encoding pays only on the repetitive
+# columns (names, dtypes, stacks), and min/max statistics only mean something for
+# scalars; skipping both elsewhere cuts the write by another quarter.
 COMPRESSION = "lz4"
+_DICTIONARY_COLUMNS = [
+    f.name
+    for f in RECORD_SCHEMA
+    if pa.types.is_string(f.type) or f.name in ("frames", "input_dtypes", "output_dtypes")
+]
+_STATISTICS_COLUMNS = [f.name for f in RECORD_SCHEMA if not pa.types.is_nested(f.type)]
 
 
 def partition_dir(archive: Path, job: str, incident: str) -> Path:
@@ -48,7 +57,13 @@ def write_staged(table: pa.Table, final: Path) -> Path:
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         staged = staging_path(final)
-        pq.write_table(table, staged, compression=COMPRESSION)
+        pq.write_table(
+            table,
+            staged,
+            compression=COMPRESSION,
+            use_dictionary=_DICTIONARY_COLUMNS,
+            write_statistics=_STATISTICS_COLUMNS,
+        )
     except OSError as exc:
         raise ArchiveError(
             f"cannot write to the archive at {final.parent}: {exc.strerror or exc}"

@@ -249,11 +249,12 @@ def _without_zeros(array: pa.Array) -> pa.Array:
 def _frames_array(entries: list[dict[str, Any]], frame_list_type: pa.DataType) -> pa.Array:
     """Convert each distinct stack once.
 
-    torch symbolises each stack once per dump and the pickle memoises it, so entries
-    from the same call site share one list object; converting by identity and taking
-    indices is much cheaper than converting every entry's frames.
+    torch symbolises each frame once per dump and the pickle memoises it, so entries from
+    the same call site hold lists of the very same frame objects. Keying stacks by the
+    identities of their frames and converting only the distinct ones is much cheaper than
+    converting every entry's frames.
     """
-    index_of: dict[int, int] = {}
+    index_of: dict[tuple[int, ...], int] = {}
     unique: list[Any] = []
     indices: list[int | None] = []
     for entry in entries:
@@ -261,7 +262,7 @@ def _frames_array(entries: list[dict[str, Any]], frame_list_type: pa.DataType) -
         if stack is None:
             indices.append(None)
             continue
-        key = id(stack)
+        key = tuple(map(id, stack))
         position = index_of.get(key)
         if position is None:
             position = index_of[key] = len(unique)
