@@ -1,0 +1,526 @@
+"""Where a rank stops agreeing with its group, and why.
+
+SQL (``sql/02_slots.sql``) has already lined every group's collectives up by sequence
+number and found, per slot, the majority's signature and which members are absent. This
+module looks only at the divergent slots and classifies each deviating rank once, at its
+first divergence in the group:
+
+- nothing at or after the slot: ``missing_rank`` (it stopped there);
+- its later slots equal the majority's k slots later (by op, sizes, dtypes and call
+  site): ``skipped_collective``, reported once instead of the cascade the shift causes;
+- the next few slots hold the same collectives in another order: ``reordered_collectives``;
+- otherwise ``op_type_mismatch`` / ``dtype_mismatch`` / ``size_mismatch`` against the
+  majority. A tie for majority is reported with no culprit, never resolved by file order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from fr_otel.analysis.findings import Finding, GroupRef
+from fr_otel.analysis.stacks import call_site, trimmed
+
+MAX_SHIFT = 4
+"""Longest run of skipped collectives recognised as one skip."""
+MAX_REORDER_WINDOW = 4
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Slot:
+    seq: int
+    rank: int
+    sig: int
+    site: int
+    ops: tuple[str, ...]
+    frames: list[dict[str, Any]] | None
+    created_ns: int | None
+    input_sizes: Any
+    output_sizes: Any
+    input_dtypes: Any
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Majority:
+    sig: int | None
+    n: int
+    runner_up_n: int
+    signatures: int
+    present: int
+    absent: int
+    slot: Slot | None
+    """One slot that carries the majority signature (for ops, sizes and frames)."""
+
+    @property
+    def tied(self) -> bool:
+        return self.signatures > 1 and self.n == self.runner_up_n
+
+
+@dataclass(kw_only=True)
+class GroupView:
+    ref: GroupRef
+    gkey: str
+    members: list[int]
+    slots: dict[tuple[int, int], Slot]
+    majority: dict[int, Majority]
+    windows: dict[int, tuple[int, int]]
+    divergent: list[int]
+    precedent: dict[tuple[int, int], int | None]
+    """(seq, rank) -> the signature this rank issued last time at the same call site."""
+
+
+def load_group_views(
+    connection: duckdb.DuckDBPyConnection, groups: dict[str, GroupRef]
+) -> list[GroupView]:
+    """Everything the classifier needs about groups with at least one divergent slot."""
+    divergent = connection.execute(
+        "SELECT gkey, min(seq) FROM slot_summary WHERE absent > 0 OR signatures > 1 GROUP BY gkey"
+    ).fetchall()
+    views: list[GroupView] = []
+    for gkey, first in sorted(divergent):
+        slot_rows = connection.execute(
+            "SELECT seq, rank, sig, site, ops, frames, created_ns, input_sizes, output_sizes,"
+            " input_dtypes FROM slots WHERE gkey = ? AND seq >= ?",
+            [gkey, first],
+        ).fetchall()
+        slots = {
+            (row[0], row[1]): Slot(
+                seq=row[0],
+                rank=row[1],
+                sig=row[2],
+                site=row[3],
+                ops=tuple(row[4] or ()),
+                frames=row[5],
+                created_ns=row[6],
+                input_sizes=row[7],
+                output_sizes=row[8],
+                input_dtypes=row[9],
+            )
+            for row in slot_rows
+        }
+        by_seq: dict[int, list[Slot]] = {}
+        for slot in slots.values():
+            by_seq.setdefault(slot.seq, []).append(slot)
+        majority: dict[int, Majority] = {}
+        summary = connection.execute(
+            "SELECT seq, majority_sig, majority_n, runner_up_n, signatures, present, absent"
+            " FROM slot_summary WHERE gkey = ? AND seq >= ?",
+            [gkey, first],
+        ).fetchall()
+        divergent_seqs: list[int] = []
+        for seq, sig, n, runner_up, signatures, present, absent in summary:
+            example = min(
+                (s for s in by_seq.get(seq, []) if s.sig == sig), key=lambda s: s.rank, default=None
+            )
+            majority[seq] = Majority(
+                sig=sig,
+                n=n or 0,
+                runner_up_n=runner_up or 0,
+                signatures=signatures,
+                present=present,
+                absent=absent,
+                slot=example,
+            )
+            if absent > 0 or signatures > 1:
+                divergent_seqs.append(seq)
+        windows = {
+            rank: (lo, hi)
+            for rank, lo, hi in connection.execute(
+                "SELECT rank, min_seq, max_seq FROM windows WHERE gkey = ?", [gkey]
+            ).fetchall()
+        }
+        precedent: dict[tuple[int, int], int | None] = {}
+        for seq, info in majority.items():
+            if info.tied:
+                precedent.update(_precedents(connection, gkey, seq))
+        ref = groups[gkey]
+        views.append(
+            GroupView(
+                ref=ref,
+                gkey=gkey,
+                members=list(ref.ranks or ()),
+                slots=slots,
+                majority=majority,
+                windows=windows,
+                divergent=sorted(divergent_seqs),
+                precedent=precedent,
+            )
+        )
+    return views
+
+
+_PRECEDENT = """
+SELECT cur.seq, cur.rank, (
+    SELECT p.sig FROM slots p
+    WHERE p.gkey = cur.gkey AND p.rank = cur.rank AND p.site = cur.site AND p.seq < cur.seq
+    ORDER BY p.seq DESC LIMIT 1
+)
+FROM slots cur WHERE cur.gkey = ? AND cur.seq = ?
+"""
+
+
+def _precedents(
+    connection: duckdb.DuckDBPyConnection, gkey: str, seq: int
+) -> dict[tuple[int, int], int | None]:
+    rows = connection.execute(_PRECEDENT, [gkey, seq]).fetchall()
+    return {(row[0], row[1]): row[2] for row in rows}
+
+
+def _break_tie(view: GroupView, seq: int) -> Majority | None:
+    """With no majority, the side that issued what it issued last time at the same call
+    site is the reference, when exactly one side did (a two-rank group has no majority)."""
+    sides: dict[int, list[Slot]] = {}
+    for (t, _), slot in view.slots.items():
+        if t == seq:
+            sides.setdefault(slot.sig, []).append(slot)
+    consistent = [
+        sig
+        for sig, slots in sides.items()
+        if all(view.precedent.get((seq, s.rank)) == sig for s in slots)
+    ]
+    changed = [
+        sig
+        for sig, slots in sides.items()
+        if all(view.precedent.get((seq, s.rank)) not in (None, sig) for s in slots)
+    ]
+    if len(consistent) != 1 or len(changed) != len(sides) - 1:
+        return None
+    sig = consistent[0]
+    old = view.majority[seq]
+    return Majority(
+        sig=sig,
+        n=len(sides[sig]),
+        runner_up_n=0,
+        signatures=old.signatures,
+        present=old.present,
+        absent=old.absent,
+        slot=min(sides[sig], key=lambda s: s.rank),
+    )
+
+
+def _op(slot: Slot | None) -> str | None:
+    return slot.ops[0] if slot is not None and slot.ops else None
+
+
+def _same(a: Slot, b: Majority, *, by_site: bool = True) -> bool:
+    if b.slot is None or a.sig != b.sig:
+        return False
+    # JSON dumps have no frames; then op, sizes and dtypes must do
+    return not by_site or a.frames is None or b.slot.frames is None or a.site == b.slot.site
+
+
+def _skip_support(view: GroupView, rank: int, seq: int, k: int, *, by_site: bool) -> int | None:
+    """How many of the rank's slots from ``seq`` on equal the majority's k slots later;
+    None when one contradicts it."""
+    _, last = view.windows.get(rank, (seq, seq - 1))
+    support = 0
+    for t in range(seq, last + 1):
+        slot = view.slots.get((t, rank))
+        ahead = view.majority.get(t + k)
+        if slot is None or ahead is None or ahead.slot is None:
+            continue
+        if not _same(slot, ahead, by_site=by_site):
+            return None
+        support += 1
+    return support
+
+
+def _reorder_support(view: GroupView, rank: int, seq: int, w: int) -> int | None:
+    """w plus the slots after the window that line up again, when the rank's next w
+    slots are the majority's next w in another order; None otherwise."""
+    mine = [view.slots.get((t, rank)) for t in range(seq, seq + w)]
+    theirs = [view.majority.get(t) for t in range(seq, seq + w)]
+    if any(s is None for s in mine) or any(m is None or m.sig is None for m in theirs):
+        return None
+    my_sigs = [s.sig for s in mine if s is not None]
+    their_sigs = [m.sig for m in theirs if m is not None]
+    if my_sigs == their_sigs or Counter(my_sigs) != Counter(their_sigs):
+        return None
+    support = w
+    _, last = view.windows.get(rank, (seq, seq - 1))
+    for t in range(seq + w, last + 1):
+        slot, majority = view.slots.get((t, rank)), view.majority.get(t)
+        if slot is None or majority is None or majority.sig is None:
+            continue
+        if slot.sig != majority.sig:
+            return None
+        support += 1
+    return support
+
+
+def _explain_shift(view: GroupView, rank: int, seq: int) -> tuple[str, int] | None:
+    """The best of "skipped k collectives" and "reordered the next w": the hypothesis
+    that explains most of the rank's later slots without contradiction."""
+    slot, majority = view.slots.get((seq, rank)), view.majority[seq]
+    # Called from the same place as its peers' op, the rank passed something else there:
+    # then only a matching call site shows it moved on to a later collective.
+    same_call_as_peers = (
+        slot is not None
+        and majority.slot is not None
+        and slot.frames is not None
+        and slot.site == majority.slot.site
+    )
+    options: list[tuple[int, int, str, int]] = []
+    for w in range(2, MAX_REORDER_WINDOW + 1):
+        support = _reorder_support(view, rank, seq, w)
+        if support:
+            options.append((support, 1, "reorder", w))
+    for k in range(1, MAX_SHIFT + 1):
+        support = _skip_support(view, rank, seq, k, by_site=same_call_as_peers)
+        if support:
+            options.append((support, 0, "skip", k))
+    if not options:
+        return None
+    _, _, kind, size = max(options, key=lambda o: (o[0], o[1], -o[3]))
+    return kind, size
+
+
+def _mismatch_kind(slot: Slot, reference: Slot) -> str:
+    if slot.ops != reference.ops:
+        return "op_type_mismatch"
+    if slot.input_dtypes != reference.input_dtypes:
+        return "dtype_mismatch"
+    return "size_mismatch"
+
+
+def _describe(slot: Slot | None) -> dict[str, Any] | None:
+    if slot is None:
+        return None
+    return {
+        "ops": list(slot.ops),
+        "input_sizes": slot.input_sizes,
+        "output_sizes": slot.output_sizes,
+        "input_dtypes": slot.input_dtypes,
+        "call_site": call_site(slot.frames),
+    }
+
+
+class _Collector:
+    """Merges deviations of the same kind at the same slot into one finding."""
+
+    def __init__(self, view: GroupView) -> None:
+        self.view = view
+        self.findings: dict[tuple[str, int, int], Finding] = {}
+
+    def add(
+        self,
+        kind: str,
+        seq: int,
+        rank: int,
+        *,
+        variant: int = 0,
+        culprit_slot: Slot | None,
+        culprit_frames: list[dict[str, Any]] | None,
+        evidence: dict[str, Any],
+    ) -> None:
+        view = self.view
+        majority = view.majority.get(seq)
+        reference = majority.slot if majority else None
+        key = (kind, seq, variant)
+        finding = self.findings.get(key)
+        if finding is None:
+            present = [
+                s.created_ns
+                for (t, _), s in view.slots.items()
+                if t == seq and majority and s.sig == majority.sig and s.created_ns is not None
+            ]
+            finding = Finding(
+                kind=kind,
+                group=view.ref,
+                collective_seq_id=seq,
+                op=_op(reference),
+                culprit_ranks=[],
+                summary="",
+                evidence={"majority": _describe(reference), "culprits": {}, **evidence},
+                frames={
+                    "majority": trimmed(reference.frames if reference else None),
+                    "majority_rank": reference.rank if reference else None,
+                    "culprit": {},
+                },
+                time_ns=min(present) if present else (culprit_slot.created_ns if culprit_slot else None),
+            )
+            self.findings[key] = finding
+        finding.culprit_ranks.append(rank)
+        finding.evidence["culprits"][str(rank)] = _describe(culprit_slot)
+        finding.frames["culprit"][str(rank)] = trimmed(culprit_frames)
+
+
+def classify(view: GroupView) -> list[Finding]:
+    """The findings of one group with divergent slots."""
+    collector = _Collector(view)
+    explained: dict[int, float] = {}
+    ambiguous: list[Finding] = []
+    for seq in view.divergent:
+        majority = view.majority[seq]
+        broken_tie = False
+        if majority.tied and not all(explained.get(r, -1) >= seq for r in view.members):
+            resolved = _break_tie(view, seq)
+            if resolved is not None:
+                view.majority[seq] = majority = resolved
+                broken_tie = True
+        if majority.tied:
+            if all(explained.get(r, -1) >= seq for r in view.members):
+                continue
+            ambiguous.append(_ambiguous(view, seq))
+            for rank in view.members:
+                explained[rank] = math.inf
+            continue
+        for rank in view.members:
+            if explained.get(rank, -1) >= seq:
+                continue
+            slot = view.slots.get((seq, rank))
+            window = view.windows.get(rank)
+            if slot is None:
+                if window is None or window[0] > seq:
+                    continue  # evicted from its ring buffer, or no dump: unknown, not absent
+                if window[1] < seq:
+                    last = view.slots.get((window[1], rank))
+                    collector.add(
+                        "missing_rank",
+                        seq,
+                        rank,
+                        culprit_slot=None,
+                        culprit_frames=last.frames if last else None,
+                        evidence={"present": majority.present},
+                    )
+                    collector.findings[("missing_rank", seq, 0)].evidence["culprits"][str(rank)] = {
+                        "last_seq": window[1],
+                        "last_op": _op(last),
+                        "call_site": call_site(last.frames if last else None),
+                    }
+                    explained[rank] = math.inf
+                    continue
+            elif _same(slot, majority) or slot.sig == majority.sig:
+                continue
+            shift = _explain_shift(view, rank, seq)
+            if shift is not None and shift[0] == "skip":
+                skip = shift[1]
+                skipped = [_op(view.majority[t].slot) for t in range(seq, seq + skip) if t in view.majority]
+                collector.add(
+                    "skipped_collective",
+                    seq,
+                    rank,
+                    variant=skip,
+                    culprit_slot=slot,
+                    culprit_frames=slot.frames if slot else None,
+                    evidence={"shift": skip, "skipped_seqs": list(range(seq, seq + skip)),
+                              "skipped_ops": skipped},
+                )
+                explained[rank] = math.inf
+                continue
+            if slot is None:
+                continue
+            if shift is not None and shift[0] == "reorder":
+                window_len = shift[1]
+                collector.add(
+                    "reordered_collectives",
+                    seq,
+                    rank,
+                    variant=window_len,
+                    culprit_slot=slot,
+                    culprit_frames=slot.frames,
+                    evidence={
+                        "window": list(range(seq, seq + window_len)),
+                        "majority_order": [
+                            _op(view.majority[t].slot) for t in range(seq, seq + window_len)
+                        ],
+                        "culprit_order": [
+                            _op(view.slots.get((t, rank))) for t in range(seq, seq + window_len)
+                        ],
+                    },
+                )
+                explained[rank] = seq + window_len - 1
+                continue
+            reference = majority.slot
+            if reference is None:
+                continue
+            collector.add(
+                _mismatch_kind(slot, reference),
+                seq,
+                rank,
+                culprit_slot=slot,
+                culprit_frames=slot.frames,
+                evidence={"reference": "call-site history"} if broken_tie else {},
+            )
+            # later slots of a rank that already diverged here are its cascade
+            explained[rank] = math.inf
+    findings = list(collector.findings.values()) + ambiguous
+    for finding in findings:
+        finding.culprit_ranks.sort()
+        finding.summary = summarize(finding)
+        if finding.kind == "missing_rank":
+            finding.waiting_ranks = frozenset(finding.culprit_ranks)
+    return findings
+
+
+def _ambiguous(view: GroupView, seq: int) -> Finding:
+    """Two signatures with equal support: say so, blame no one."""
+    by_sig: dict[int, list[Slot]] = {}
+    for (t, _), slot in view.slots.items():
+        if t == seq:
+            by_sig.setdefault(slot.sig, []).append(slot)
+    sides = sorted(by_sig.values(), key=lambda slots: (-len(slots), min(s.rank for s in slots)))
+    a, b = sides[0][0], sides[1][0]
+    kind = _mismatch_kind(b, a)
+    finding = Finding(
+        kind=kind,
+        group=view.ref,
+        collective_seq_id=seq,
+        op=None,
+        culprit_ranks=[],
+        summary="",
+        evidence={
+            "ambiguous": True,
+            "sides": [
+                {"ranks": sorted(s.rank for s in side), **(_describe(side[0]) or {})}
+                for side in sides
+            ],
+        },
+        frames={
+            "sides": [
+                {"ranks": sorted(s.rank for s in side), "frames": trimmed(side[0].frames)}
+                for side in sides
+            ]
+        },
+        time_ns=min((s.created_ns for side in sides for s in side if s.created_ns), default=None),
+    )
+    return finding
+
+
+def summarize(finding: Finding) -> str:
+    """One sentence a tired engineer can act on."""
+    ranks = ", ".join(map(str, finding.culprit_ranks))
+    who = f"rank{'s' if len(finding.culprit_ranks) > 1 else ''} {ranks}"
+    where = f"{finding.group.label()} collective #{finding.collective_seq_id}"
+    op = finding.op or "?"
+    kind = finding.kind
+    if finding.evidence.get("ambiguous"):
+        sides = " vs ".join(
+            f"ranks {side['ranks']} ({', '.join(side['ops'])})" for side in finding.evidence["sides"]
+        )
+        return f"{kind.replace('_', ' ')} at {where} with no majority: {sides}"
+    if kind == "missing_rank":
+        return f"{who} never issued {op} {where}, which its peers are waiting in"
+    if kind == "skipped_collective":
+        skipped = ", ".join(str(s) for s in finding.evidence.get("skipped_ops", []))
+        return f"{who} skipped {skipped} at {where} and went on; its later collectives are shifted"
+    if kind == "reordered_collectives":
+        order = finding.evidence.get("majority_order")
+        return f"{who} issued the collectives of {where} in a different order than {order}"
+    culprit = finding.evidence["culprits"][str(finding.culprit_ranks[0])] or {}
+    majority = finding.evidence.get("majority") or {}
+    if kind == "op_type_mismatch":
+        return f"{who} issued {', '.join(culprit.get('ops', []))} where its peers issued {op} ({where})"
+    if kind == "dtype_mismatch":
+        return (
+            f"{who} used dtype {culprit.get('input_dtypes')} in {op} where its peers used"
+            f" {majority.get('input_dtypes')} ({where})"
+        )
+    return (
+        f"{who} passed sizes {culprit.get('input_sizes')} to {op} where its peers passed"
+        f" {majority.get('input_sizes')} ({where})"
+    )
