@@ -117,6 +117,13 @@ _COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
         "Python stack at record time, innermost first; null when the dump has none (JSON).",
     ),
     (
+        "call_site",
+        pa.string(),
+        True,
+        "Innermost frame of the user's code in `frames` (`file:line in function`), skipping"
+        " torch and its wrappers; null without frames.",
+    ),
+    (
         "pg_last_enqueued_seq",
         pa.int64(),
         True,

@@ -22,8 +22,7 @@ from typing import Any
 
 import duckdb
 
-from fr_otel.analysis.findings import Finding, GroupRef
-from fr_otel.analysis.stacks import call_site, trimmed
+from fr_otel.analysis.findings import Finding, FrameRef, GroupRef
 
 MAX_SHIFT = 4
 """Longest run of skipped collectives recognised as one skip."""
@@ -35,13 +34,13 @@ class Slot:
     seq: int
     rank: int
     sig: int
-    site: int
+    site: int | None
+    """Hash of the user's call site (``call_site`` column); None when the dump has no frames."""
     ops: tuple[str, ...]
-    frames: list[dict[str, Any]] | None
+    record_id: int
     created_ns: int | None
-    input_sizes: Any
-    output_sizes: Any
-    input_dtypes: Any
+    dsig: int
+    """Fingerprint of the dtypes alone (tells a dtype mismatch from a size mismatch)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,7 +62,7 @@ class Majority:
 @dataclass(kw_only=True)
 class GroupView:
     ref: GroupRef
-    gkey: str
+    gid: int
     members: list[int]
     slots: dict[tuple[int, int], Slot]
     majority: dict[int, Majority]
@@ -73,20 +72,33 @@ class GroupView:
     """(seq, rank) -> the signature this rank issued last time at the same call site."""
 
 
+_GROUP_SLOTS = """
+WITH wanted AS (
+    SELECT s.gid, s.seq, s.rank, s.sig, s.site, s.first_record, s.created_ns, s.dsig
+    FROM slots s JOIN windows w USING (gid, rank)
+    WHERE s.gid = $1 AND (s.seq >= $2 OR s.seq = w.max_seq)
+)
+SELECT w.seq, w.rank, w.sig, w.site,
+       list(e.op ORDER BY e.record_id) AS ops, w.first_record, w.created_ns, w.dsig
+FROM wanted w
+JOIN e ON e.gid = w.gid AND e.seq = w.seq AND e.rank = w.rank
+WHERE NOT e.p2p AND e.op <> 'coalesced'
+GROUP BY ALL
+"""
+
+
 def load_group_views(
-    connection: duckdb.DuckDBPyConnection, groups: dict[str, GroupRef]
+    connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
 ) -> list[GroupView]:
     """Everything the classifier needs about groups with at least one divergent slot."""
     divergent = connection.execute(
-        "SELECT gkey, min(seq) FROM slot_summary WHERE absent > 0 OR signatures > 1 GROUP BY gkey"
+        "SELECT gid, min(seq) FROM slot_summary WHERE absent > 0 OR signatures > 1 GROUP BY gid"
     ).fetchall()
     views: list[GroupView] = []
-    for gkey, first in sorted(divergent):
-        slot_rows = connection.execute(
-            "SELECT seq, rank, sig, site, ops, frames, created_ns, input_sizes, output_sizes,"
-            " input_dtypes FROM slots WHERE gkey = ? AND seq >= ?",
-            [gkey, first],
-        ).fetchall()
+    for gid, first in sorted(divergent):
+        # every slot from the first divergence on, plus the last slot of members that
+        # stopped before it (where a missing rank was last seen)
+        slot_rows = connection.execute(_GROUP_SLOTS, [gid, first]).fetchall()
         slots = {
             (row[0], row[1]): Slot(
                 seq=row[0],
@@ -94,11 +106,9 @@ def load_group_views(
                 sig=row[2],
                 site=row[3],
                 ops=tuple(row[4] or ()),
-                frames=row[5],
+                record_id=row[5],
                 created_ns=row[6],
-                input_sizes=row[7],
-                output_sizes=row[8],
-                input_dtypes=row[9],
+                dsig=row[7],
             )
             for row in slot_rows
         }
@@ -108,8 +118,8 @@ def load_group_views(
         majority: dict[int, Majority] = {}
         summary = connection.execute(
             "SELECT seq, majority_sig, majority_n, runner_up_n, signatures, present, absent"
-            " FROM slot_summary WHERE gkey = ? AND seq >= ?",
-            [gkey, first],
+            " FROM slot_summary WHERE gid = ? AND seq >= ?",
+            [gid, first],
         ).fetchall()
         divergent_seqs: list[int] = []
         for seq, sig, n, runner_up, signatures, present, absent in summary:
@@ -130,18 +140,18 @@ def load_group_views(
         windows = {
             rank: (lo, hi)
             for rank, lo, hi in connection.execute(
-                "SELECT rank, min_seq, max_seq FROM windows WHERE gkey = ?", [gkey]
+                "SELECT rank, min_seq, max_seq FROM windows WHERE gid = ?", [gid]
             ).fetchall()
         }
         precedent: dict[tuple[int, int], int | None] = {}
         for seq, info in majority.items():
             if info.tied:
-                precedent.update(_precedents(connection, gkey, seq))
-        ref = groups[gkey]
+                precedent.update(_precedents(connection, gid, seq))
+        ref = groups[gid]
         views.append(
             GroupView(
                 ref=ref,
-                gkey=gkey,
+                gid=gid,
                 members=list(ref.ranks or ()),
                 slots=slots,
                 majority=majority,
@@ -156,17 +166,17 @@ def load_group_views(
 _PRECEDENT = """
 SELECT cur.seq, cur.rank, (
     SELECT p.sig FROM slots p
-    WHERE p.gkey = cur.gkey AND p.rank = cur.rank AND p.site = cur.site AND p.seq < cur.seq
+    WHERE p.gid = cur.gid AND p.rank = cur.rank AND p.site = cur.site AND p.seq < cur.seq
     ORDER BY p.seq DESC LIMIT 1
 )
-FROM slots cur WHERE cur.gkey = ? AND cur.seq = ?
+FROM slots cur WHERE cur.gid = ? AND cur.seq = ?
 """
 
 
 def _precedents(
-    connection: duckdb.DuckDBPyConnection, gkey: str, seq: int
+    connection: duckdb.DuckDBPyConnection, gid: int, seq: int
 ) -> dict[tuple[int, int], int | None]:
-    rows = connection.execute(_PRECEDENT, [gkey, seq]).fetchall()
+    rows = connection.execute(_PRECEDENT, [gid, seq]).fetchall()
     return {(row[0], row[1]): row[2] for row in rows}
 
 
@@ -202,6 +212,10 @@ def _break_tie(view: GroupView, seq: int) -> Majority | None:
     )
 
 
+def _ref(slot: Slot | None) -> FrameRef | None:
+    return (slot.rank, slot.record_id) if slot is not None else None
+
+
 def _op(slot: Slot | None) -> str | None:
     return slot.ops[0] if slot is not None and slot.ops else None
 
@@ -210,7 +224,7 @@ def _same(a: Slot, b: Majority, *, by_site: bool = True) -> bool:
     if b.slot is None or a.sig != b.sig:
         return False
     # JSON dumps have no frames; then op, sizes and dtypes must do
-    return not by_site or a.frames is None or b.slot.frames is None or a.site == b.slot.site
+    return not by_site or a.site is None or b.slot.site is None or a.site == b.slot.site
 
 
 def _skip_support(view: GroupView, rank: int, seq: int, k: int, *, by_site: bool) -> int | None:
@@ -261,7 +275,7 @@ def _explain_shift(view: GroupView, rank: int, seq: int) -> tuple[str, int] | No
     same_call_as_peers = (
         slot is not None
         and majority.slot is not None
-        and slot.frames is not None
+        and slot.site is not None
         and slot.site == majority.slot.site
     )
     options: list[tuple[int, int, str, int]] = []
@@ -282,7 +296,7 @@ def _explain_shift(view: GroupView, rank: int, seq: int) -> tuple[str, int] | No
 def _mismatch_kind(slot: Slot, reference: Slot) -> str:
     if slot.ops != reference.ops:
         return "op_type_mismatch"
-    if slot.input_dtypes != reference.input_dtypes:
+    if slot.dsig != reference.dsig:
         return "dtype_mismatch"
     return "size_mismatch"
 
@@ -290,13 +304,8 @@ def _mismatch_kind(slot: Slot, reference: Slot) -> str:
 def _describe(slot: Slot | None) -> dict[str, Any] | None:
     if slot is None:
         return None
-    return {
-        "ops": list(slot.ops),
-        "input_sizes": slot.input_sizes,
-        "output_sizes": slot.output_sizes,
-        "input_dtypes": slot.input_dtypes,
-        "call_site": call_site(slot.frames),
-    }
+    # sizes and dtypes are filled in from the archive at the end ("entry" reference)
+    return {"ops": list(slot.ops), "entry": _ref(slot)}
 
 
 class _Collector:
@@ -314,7 +323,7 @@ class _Collector:
         *,
         variant: int = 0,
         culprit_slot: Slot | None,
-        culprit_frames: list[dict[str, Any]] | None,
+        culprit_frames: FrameRef | None,
         evidence: dict[str, Any],
     ) -> None:
         view = self.view
@@ -337,16 +346,18 @@ class _Collector:
                 summary="",
                 evidence={"majority": _describe(reference), "culprits": {}, **evidence},
                 frames={
-                    "majority": trimmed(reference.frames if reference else None),
+                    "majority": _ref(reference),
                     "majority_rank": reference.rank if reference else None,
                     "culprit": {},
                 },
-                time_ns=min(present) if present else (culprit_slot.created_ns if culprit_slot else None),
+                time_ns=min(present)
+                if present
+                else (culprit_slot.created_ns if culprit_slot else None),
             )
             self.findings[key] = finding
         finding.culprit_ranks.append(rank)
         finding.evidence["culprits"][str(rank)] = _describe(culprit_slot)
-        finding.frames["culprit"][str(rank)] = trimmed(culprit_frames)
+        finding.frames["culprit"][str(rank)] = culprit_frames
 
 
 def classify(view: GroupView) -> list[Finding]:
@@ -384,13 +395,13 @@ def classify(view: GroupView) -> list[Finding]:
                         seq,
                         rank,
                         culprit_slot=None,
-                        culprit_frames=last.frames if last else None,
+                        culprit_frames=_ref(last),
                         evidence={"present": majority.present},
                     )
                     collector.findings[("missing_rank", seq, 0)].evidence["culprits"][str(rank)] = {
                         "last_seq": window[1],
                         "last_op": _op(last),
-                        "call_site": call_site(last.frames if last else None),
+                        "entry": _ref(last),
                     }
                     explained[rank] = math.inf
                     continue
@@ -399,16 +410,21 @@ def classify(view: GroupView) -> list[Finding]:
             shift = _explain_shift(view, rank, seq)
             if shift is not None and shift[0] == "skip":
                 skip = shift[1]
-                skipped = [_op(view.majority[t].slot) for t in range(seq, seq + skip) if t in view.majority]
+                skipped = [
+                    _op(view.majority[t].slot) for t in range(seq, seq + skip) if t in view.majority
+                ]
                 collector.add(
                     "skipped_collective",
                     seq,
                     rank,
                     variant=skip,
                     culprit_slot=slot,
-                    culprit_frames=slot.frames if slot else None,
-                    evidence={"shift": skip, "skipped_seqs": list(range(seq, seq + skip)),
-                              "skipped_ops": skipped},
+                    culprit_frames=_ref(slot),
+                    evidence={
+                        "shift": skip,
+                        "skipped_seqs": list(range(seq, seq + skip)),
+                        "skipped_ops": skipped,
+                    },
                 )
                 explained[rank] = math.inf
                 continue
@@ -422,7 +438,7 @@ def classify(view: GroupView) -> list[Finding]:
                     rank,
                     variant=window_len,
                     culprit_slot=slot,
-                    culprit_frames=slot.frames,
+                    culprit_frames=_ref(slot),
                     evidence={
                         "window": list(range(seq, seq + window_len)),
                         "majority_order": [
@@ -443,7 +459,7 @@ def classify(view: GroupView) -> list[Finding]:
                 seq,
                 rank,
                 culprit_slot=slot,
-                culprit_frames=slot.frames,
+                culprit_frames=_ref(slot),
                 evidence={"reference": "call-site history"} if broken_tie else {},
             )
             # later slots of a rank that already diverged here are its cascade
@@ -482,8 +498,7 @@ def _ambiguous(view: GroupView, seq: int) -> Finding:
         },
         frames={
             "sides": [
-                {"ranks": sorted(s.rank for s in side), "frames": trimmed(side[0].frames)}
-                for side in sides
+                {"ranks": sorted(s.rank for s in side), "frames": _ref(side[0])} for side in sides
             ]
         },
         time_ns=min((s.created_ns for side in sides for s in side if s.created_ns), default=None),
@@ -500,7 +515,8 @@ def summarize(finding: Finding) -> str:
     kind = finding.kind
     if finding.evidence.get("ambiguous"):
         sides = " vs ".join(
-            f"ranks {side['ranks']} ({', '.join(side['ops'])})" for side in finding.evidence["sides"]
+            f"ranks {side['ranks']} ({', '.join(side['ops'])})"
+            for side in finding.evidence["sides"]
         )
         return f"{kind.replace('_', ' ')} at {where} with no majority: {sides}"
     if kind == "missing_rank":
@@ -514,7 +530,8 @@ def summarize(finding: Finding) -> str:
     culprit = finding.evidence["culprits"][str(finding.culprit_ranks[0])] or {}
     majority = finding.evidence.get("majority") or {}
     if kind == "op_type_mismatch":
-        return f"{who} issued {', '.join(culprit.get('ops', []))} where its peers issued {op} ({where})"
+        issued = ", ".join(culprit.get("ops", []))
+        return f"{who} issued {issued} where its peers issued {op} ({where})"
     if kind == "dtype_mismatch":
         return (
             f"{who} used dtype {culprit.get('input_dtypes')} in {op} where its peers used"

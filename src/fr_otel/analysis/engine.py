@@ -8,20 +8,91 @@ from pathlib import Path
 import duckdb
 
 from fr_otel.analysis import divergence, rootcause, rules, waits
-from fr_otel.analysis.findings import Analysis, Finding, GroupRef
+from fr_otel.analysis.findings import Analysis, Finding, FrameRef, GroupRef
 from fr_otel.analysis.source import Incident, open_source
 from fr_otel.analysis.sqlfiles import run_file, sql_files
+from fr_otel.stacks import trimmed
 
 SqlTracer = Callable[[str], None]
 
 
-def _groups(connection: duckdb.DuckDBPyConnection) -> dict[str, GroupRef]:
+def _groups(connection: duckdb.DuckDBPyConnection) -> dict[int, GroupRef]:
     return {
-        gkey: GroupRef(name=name, desc=desc, ranks=tuple(members or ()), key=gkey)
-        for gkey, name, desc, members in connection.execute(
-            "SELECT gkey, pg_name, pg_desc, members FROM groups"
+        gid: GroupRef(name=name, desc=desc, ranks=tuple(members or ()), key=gid)
+        for gid, name, desc, members in connection.execute(
+            "SELECT gid, pg_name, pg_desc, members FROM groups"
         ).fetchall()
     }
+
+
+def _resolve_frames(
+    connection: duckdb.DuckDBPyConnection, incident: Incident, findings: list[Finding]
+) -> None:
+    """Replace the (rank, record_id) references in findings by those entries' stacks.
+
+    Stacks are the heaviest column; reading only the handful that findings show keeps
+    the analysis fast.
+    """
+    refs: set[FrameRef] = set()
+
+    def collect(value: object) -> None:
+        if isinstance(value, tuple):
+            refs.add(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                collect(item)
+        elif isinstance(value, list):
+            for item in value:
+                collect(item)
+
+    for finding in findings:
+        collect(finding.frames)
+        collect(finding.evidence)
+    stacks: dict[FrameRef, list[dict[str, object]]] = {}
+    details: dict[FrameRef, dict[str, object]] = {}
+    if refs:
+        connection.execute("CREATE OR REPLACE TEMP TABLE refs (rank BIGINT, record_id BIGINT)")
+        connection.executemany("INSERT INTO refs VALUES (?, ?)", sorted(refs))
+        # literal lists: DuckDB skips every file and row group that cannot hold them
+        ranks = ", ".join(str(int(rank)) for rank in sorted({rank for rank, _ in refs}))
+        records = ", ".join(str(int(record)) for record in sorted({r for _, r in refs}))
+        rows = [
+            row
+            for row in connection.execute(
+                "SELECT rank, record_id, frames, input_sizes, output_sizes, input_dtypes,"
+                " output_dtypes, call_site FROM src"
+                f" WHERE job = ? AND incident = ? AND rank IN ({ranks})"
+                f" AND record_id IN ({records})",
+                [incident.job, incident.incident],
+            ).fetchall()
+            if (row[0], row[1]) in refs
+        ]
+        for rank, record_id, frames, ins, outs, in_dtypes, out_dtypes, site in rows:
+            stacks[(rank, record_id)] = trimmed(frames)
+            details[(rank, record_id)] = {
+                "input_sizes": ins,
+                "output_sizes": outs,
+                "input_dtypes": in_dtypes,
+                "output_dtypes": out_dtypes,
+                "call_site": site,
+            }
+
+    def resolve(value: object) -> object:
+        if isinstance(value, tuple):
+            return stacks.get(value, [])
+        if isinstance(value, dict):
+            entry = value.get("entry")
+            if isinstance(entry, tuple):
+                value = {k: v for k, v in value.items() if k != "entry"}
+                value.update(details.get(entry, {}))
+            return {key: resolve(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [resolve(item) for item in value]
+        return value
+
+    for finding in findings:
+        finding.frames = resolve(finding.frames)  # type: ignore[assignment]
+        finding.evidence = resolve(finding.evidence)  # type: ignore[assignment]
 
 
 def _merge_same_slot(findings: list[Finding], extra: list[Finding]) -> list[Finding]:
@@ -37,6 +108,26 @@ def _merge_same_slot(findings: list[Finding], extra: list[Finding]) -> list[Find
     return findings
 
 
+def _add_where_blocked(
+    findings: list[Finding], heads: dict[int, waits.Head], groups: dict[int, GroupRef]
+) -> None:
+    """For ranks that never issued something, say what they are blocked in instead."""
+    for finding in findings:
+        if finding.kind not in ("missing_rank", "p2p_unmatched"):
+            continue
+        for rank in finding.culprit_ranks:
+            head = heads.get(rank)
+            if head is None:
+                continue
+            where = f"{head.op} {groups[head.gid].label()}" + (
+                f" #{head.seq}" if not head.p2p else f" with rank {head.peer}"
+            )
+            culprits = finding.evidence.setdefault("culprits", {})
+            entry = culprits.get(str(rank)) or {}
+            entry["blocked_in"] = where
+            culprits[str(rank)] = entry
+
+
 def analyze_connection(connection: duckdb.DuckDBPyConnection, incident: Incident) -> Analysis:
     """Analyse ``incident`` in a connection whose ``src`` view holds canonical rows."""
     params = {"job": incident.job, "incident": incident.incident}
@@ -44,7 +135,8 @@ def analyze_connection(connection: duckdb.DuckDBPyConnection, incident: Incident
         run_file(connection, name, params)
     groups = _groups(connection)
     dumped = {r for (r,) in connection.execute("SELECT rank FROM dumped").fetchall()}
-    timing_known = bool(connection.execute("SELECT bool_or(any_started) FROM dumped").fetchone()[0])
+    started = connection.execute("SELECT bool_or(any_started) FROM dumped").fetchone()
+    timing_known = bool(started and started[0])
     expected: set[int] = set()
     world_size = None
     for group in groups.values():
@@ -54,13 +146,14 @@ def analyze_connection(connection: duckdb.DuckDBPyConnection, incident: Incident
     if world_size is None and expected:
         world_size = max(expected) + 1
     heads = waits.load_heads(connection)
+    graph = waits.WaitGraph.build(connection, heads, groups)
 
     findings: list[Finding] = []
     for view in divergence.load_group_views(connection, groups):
         findings.extend(divergence.classify(view))
     findings = _merge_same_slot(findings, rules.shape_rule_findings(connection, groups))
     findings = _merge_same_slot(findings, rules.all_to_all_findings(connection, groups))
-    findings.extend(waits.cross_pg_deadlocks(connection, heads, groups))
+    findings.extend(waits.cross_pg_deadlocks(connection, graph, groups))
     findings.extend(waits.p2p_unmatched(connection, groups))
     by_slot = {(f.group.key, f.collective_seq_id): f for f in findings}
     for stuck in waits.stuck_in_flight(connection, heads, groups, dumped, timing_known):
@@ -70,7 +163,9 @@ def analyze_connection(connection: duckdb.DuckDBPyConnection, incident: Incident
             findings.append(stuck)
         else:
             known.evidence["never_completed"] = stuck.evidence
-    ordered, root = rootcause.rank_findings(connection, findings, heads, groups)
+    _add_where_blocked(findings, heads, groups)
+    ordered, root = rootcause.rank_findings(connection, findings, graph)
+    _resolve_frames(connection, incident, ordered)
     return Analysis(
         job=incident.job,
         incident=incident.incident,
@@ -82,9 +177,12 @@ def analyze_connection(connection: duckdb.DuckDBPyConnection, incident: Incident
     )
 
 
-def analyze(
-    path: str | Path, *, job: str | None = None, incident: str | None = None
-) -> Analysis:
+def analyze(path: str | Path, *, job: str | None = None, incident: str | None = None) -> Analysis:
     """Analyse an archive, or dumps imported on the fly (see ``open_source``)."""
     with open_source(path, job=job, incident=incident) as source:
-        return analyze_connection(source.connection, source.incident)
+        analysis = analyze_connection(source.connection, source.incident)
+        analysis.input_problems = [
+            {"path": p.path, "problem": p.problem, "detail": p.detail}
+            for p in source.import_problems
+        ]
+        return analysis

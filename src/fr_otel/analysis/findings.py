@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+FrameRef = tuple[int, int]
+"""(rank, record_id) of an entry whose stack a finding shows; resolved to frames at the end."""
+
 KINDS = (
     "missing_rank",
     "skipped_collective",
@@ -30,8 +33,8 @@ class GroupRef:
     name: str
     desc: str | None
     ranks: tuple[int, ...] | None
-    key: str = ""
-    """The analyzer's internal group key (name and rank set); not part of the JSON."""
+    key: int = 0
+    """The analyzer's group id (a hash of name and rank set); not part of the JSON."""
 
     def label(self) -> str:
         return f"{self.desc or '?'} (pg {self.name})"
@@ -92,6 +95,8 @@ class Analysis:
     missing_dumps: list[int]
     findings: list[Finding]
     root_cause: int | None
+    input_problems: list[dict[str, str]] = field(default_factory=list)
+    """Dump files that could not be read (analysing dumps directly): path, problem, detail."""
 
     @property
     def healthy(self) -> bool:
@@ -106,4 +111,5 @@ class Analysis:
             "missing_dumps": self.missing_dumps,
             "findings": [f.to_dict() for f in self.findings],
             "root_cause": self.root_cause,
+            "input_problems": self.input_problems,
         }

@@ -12,8 +12,8 @@ import functools
 
 import duckdb
 
-from fr_otel.analysis.findings import KINDS, Finding, GroupRef
-from fr_otel.analysis.waits import Head, held_by
+from fr_otel.analysis.findings import KINDS, Finding
+from fr_otel.analysis.waits import WaitGraph, held_by
 
 
 def _fallback_key(finding: Finding) -> tuple[int, int, str, int]:
@@ -35,7 +35,7 @@ def _program_positions(
             continue
         out[id(finding)] = dict(
             connection.execute(
-                "SELECT rank, first_record FROM slots WHERE gkey = ? AND seq = ?",
+                "SELECT rank, first_record FROM slots WHERE gid = ? AND seq = ?",
                 [finding.group.key, finding.collective_seq_id],
             ).fetchall()
         )
@@ -62,62 +62,28 @@ def _sorted(connection: duckdb.DuckDBPyConnection, findings: list[Finding]) -> l
     return sorted(findings, key=functools.cmp_to_key(compare))
 
 
-def _blocked_behind(
-    held: frozenset[int],
-    by_slot: dict[tuple[str, int | None, bool], set[int]],
-    heads: dict[int, Head],
-    groups: dict[str, GroupRef],
-) -> frozenset[int]:
-    """``held`` plus every rank transitively waiting on one of them.
-
-    A rank waits on a held rank when its head collective needs a member that is held
-    elsewhere, or its head send/recv needs a held peer.
-    """
-    blocked = set(held)
-    changed = True
-    while changed:
-        changed = False
-        for slot, ranks in by_slot.items():
-            if ranks <= blocked:
-                continue
-            gkey, _, p2p = slot
-            if p2p:
-                needed = {heads[r].peer for r in ranks} - {None}
-            else:
-                needed = set(groups[gkey].ranks or ())
-            if any(m in blocked and heads.get(m) is not None and heads[m].slot != slot for m in needed):
-                blocked |= ranks
-                changed = True
-    return frozenset(blocked)
-
-
 def rank_findings(
     connection: duckdb.DuckDBPyConnection,
     findings: list[Finding],
-    heads: dict[int, Head],
-    groups: dict[str, GroupRef],
+    graph: WaitGraph,
 ) -> tuple[list[Finding], int | None]:
     """Order findings (root cause first) and set ``consequence_of``; return the root's index."""
     if not findings:
         return [], None
-    by_slot: dict[tuple[str, int | None, bool], set[int]] = {}
-    for head in heads.values():
-        by_slot.setdefault(head.slot, set()).add(head.rank)
     for finding in findings:
         seq = finding.collective_seq_id if finding.kind != "p2p_unmatched" else None
-        direct = (
-            finding.held_ranks
-            | frozenset(finding.culprit_ranks)
-            | held_by(heads, finding.group.key, seq)
-        )
-        finding.held_ranks = _blocked_behind(direct, by_slot, heads, groups)
+        direct = finding.held_ranks | held_by(graph.heads, finding.group.key, seq)
+        if not finding.waiting_ranks:
+            # the culprits of an absence are its victims, not held by it
+            direct |= frozenset(finding.culprit_ranks)
+        finding.held_ranks = graph.blocked_behind(direct)
     ordered = _sorted(connection, findings)
     parent: dict[int, int] = {}
     for i, finding in enumerate(ordered):
         if not finding.waiting_ranks:
             continue
         for j, other in enumerate(ordered):
-            if j == i or other.waiting_ranks and parent.get(j) == i:
+            if j == i or (other.waiting_ranks and parent.get(j) == i):
                 continue
             if finding.waiting_ranks <= other.held_ranks and not (
                 other.waiting_ranks and other.waiting_ranks <= finding.held_ranks and j > i

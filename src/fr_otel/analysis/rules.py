@@ -7,28 +7,29 @@ from collections import Counter
 import duckdb
 
 from fr_otel.analysis.findings import Finding, GroupRef
+from fr_otel.analysis.sqlfiles import ALL_TO_ALL_OPS
 
 
-def _slot_time(connection: duckdb.DuckDBPyConnection, gkey: str, seq: int) -> int | None:
+def _slot_time(connection: duckdb.DuckDBPyConnection, gid: int, seq: int) -> int | None:
     row = connection.execute(
-        "SELECT min(created_ns) FROM slots WHERE gkey = ? AND seq = ?", [gkey, seq]
+        "SELECT min(created_ns) FROM slots WHERE gid = ? AND seq = ?", [gid, seq]
     ).fetchone()
     return row[0] if row else None
 
 
 def shape_rule_findings(
-    connection: duckdb.DuckDBPyConnection, groups: dict[str, GroupRef]
+    connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
 ) -> list[Finding]:
     """One finding per slot where entries break their op's own numel rule."""
     rows = connection.execute(
-        "SELECT gkey, seq, any_value(op), list(rank ORDER BY rank), any_value(rule),"
-        " list(struct_pack(rank, input_sizes, output_sizes, in_numel, out_numel) ORDER BY rank),"
+        "SELECT gid, seq, any_value(op), list(rank ORDER BY rank), any_value(rule),"
+        " list(struct_pack(rank, record_id, in_numel, out_numel) ORDER BY rank),"
         " any_value(group_size)"
-        " FROM rule_violations GROUP BY gkey, seq ORDER BY gkey, seq"
+        " FROM rule_violations GROUP BY gid, seq ORDER BY gid, seq"
     ).fetchall()
     findings = []
-    for gkey, seq, op, ranks, rule, details, size in rows:
-        group = groups[gkey]
+    for gid, seq, op, ranks, rule, details, size in rows:
+        group = groups[gid]
         everyone = set(ranks) >= set(group.ranks or ())
         findings.append(
             Finding(
@@ -42,8 +43,20 @@ def shape_rule_findings(
                     f" {'every member' if everyone else 'ranks ' + ', '.join(map(str, ranks))}:"
                     f" {rule} (group size {size})"
                 ),
-                evidence={"rule": rule, "group_size": size, "entries": details},
-                time_ns=_slot_time(connection, gkey, seq),
+                evidence={
+                    "rule": rule,
+                    "group_size": size,
+                    "entries": [
+                        {
+                            "rank": d["rank"],
+                            "input_numel": d["in_numel"],
+                            "output_numel": d["out_numel"],
+                            "entry": (d["rank"], d["record_id"]),
+                        }
+                        for d in details
+                    ],
+                },
+                time_ns=_slot_time(connection, gid, seq),
             )
         )
     return findings
@@ -51,35 +64,39 @@ def shape_rule_findings(
 
 _CHANGED = """
 SELECT cur.rank
-FROM slots cur
+FROM e cur
 JOIN LATERAL (
-    SELECT p.input_sizes, p.output_sizes FROM slots p
-    WHERE p.gkey = cur.gkey AND p.rank = cur.rank AND p.site = cur.site AND p.seq < cur.seq
+    SELECT p.in_numel, p.out_numel FROM e p
+    WHERE p.gid = cur.gid AND p.rank = cur.rank AND p.site IS NOT DISTINCT FROM cur.site
+      AND p.op = cur.op AND p.seq < cur.seq AND NOT p.p2p
     ORDER BY p.seq DESC LIMIT 1
 ) prev ON true
-WHERE cur.gkey = ? AND cur.seq = ?
-  AND (prev.input_sizes <> cur.input_sizes OR prev.output_sizes <> cur.output_sizes)
+WHERE cur.gid = ? AND cur.seq = ? AND NOT cur.p2p AND list_contains(?, cur.op)
+  AND (prev.in_numel <> cur.in_numel OR prev.out_numel <> cur.out_numel)
 ORDER BY cur.rank
 """
 
 
-def _changed_since_last_time(connection: duckdb.DuckDBPyConnection, gkey: str, seq: int) -> list[int]:
-    return [rank for (rank,) in connection.execute(_CHANGED, [gkey, seq]).fetchall()]
+def _changed_since_last_time(
+    connection: duckdb.DuckDBPyConnection, gid: int, seq: int
+) -> list[int]:
+    rows = connection.execute(_CHANGED, [gid, seq, ALL_TO_ALL_OPS]).fetchall()
+    return [rank for (rank,) in rows]
 
 
 def all_to_all_findings(
-    connection: duckdb.DuckDBPyConnection, groups: dict[str, GroupRef]
+    connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
 ) -> list[Finding]:
     """all_to_all slots whose totals do not balance over the group."""
     findings = []
     rows = connection.execute(
-        "SELECT gkey, seq, per_rank, total_in, total_out FROM all_to_all_balance ORDER BY ALL"
+        "SELECT gid, seq, per_rank, total_in, total_out FROM all_to_all_balance ORDER BY ALL"
     ).fetchall()
-    for gkey, seq, per_rank, total_in, total_out in rows:
-        group = groups[gkey]
+    for gid, seq, per_rank, total_in, total_out in rows:
+        group = groups[gid]
         pairs = Counter((r["i"], r["o"]) for r in per_rank)
         (usual, usual_n), *rest = pairs.most_common()
-        changed = _changed_since_last_time(connection, gkey, seq)
+        changed = _changed_since_last_time(connection, gid, seq)
         if changed and 2 * len(changed) < len(per_rank):
             # uneven splits are legal, so shapes need not agree: the rank whose shape
             # changed since the last call at the same site is the one that broke it
@@ -114,7 +131,7 @@ def all_to_all_findings(
                     "total_output_numel": total_out,
                     "per_rank": per_rank,
                 },
-                time_ns=_slot_time(connection, gkey, seq),
+                time_ns=_slot_time(connection, gid, seq),
             )
         )
     return findings

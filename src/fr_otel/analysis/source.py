@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
-from fr_otel.archive import import_dumps
-from fr_otel.archive.layout import PARQUET_GLOB
+from fr_otel.archive.layout import PARQUET_GLOB, partition_dir
 from fr_otel.errors import ArchiveError, DumpError
+from fr_otel.schema import RECORD_SCHEMA
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,32 +29,71 @@ def is_archive(path: Path) -> bool:
     return path.is_dir() and any(path.glob("job=*/incident=*/*.parquet"))
 
 
-def register_archive(connection: duckdb.DuckDBPyConnection, archive: Path) -> None:
-    """Make ``src`` a view over every row of ``archive``."""
-    pattern = (archive / PARQUET_GLOB).as_posix().replace("'", "''")
+def register_archive(
+    connection: duckdb.DuckDBPyConnection, archive: Path, *, only: Incident | None = None
+) -> None:
+    """Make ``src`` a view over the rows of ``archive`` (of one incident when ``only``),
+    in the current canonical schema. Columns that older files lack read as NULL.
+    """
+    files = (
+        partition_dir(archive, only.job, only.incident) / "*.parquet"
+        if only is not None
+        else archive / PARQUET_GLOB
+    )
+    pattern = files.as_posix().replace("'", "''")
     connection.execute(
-        "CREATE OR REPLACE VIEW src AS SELECT * FROM read_parquet("
+        "CREATE OR REPLACE VIEW src_files AS SELECT * FROM read_parquet("
         f"'{pattern}', hive_partitioning = true, hive_types_autocast = false,"
         " union_by_name = true)"
     )
+    present = {row[0] for row in connection.execute("DESCRIBE src_files").fetchall()}
+    columns = [
+        name
+        if name in present
+        else f"CAST(NULL AS {_sql_type(RECORD_SCHEMA.field(name).type)}) AS {name}"
+        for name in RECORD_SCHEMA.names
+    ]
+    connection.execute(f"CREATE OR REPLACE VIEW src AS SELECT {', '.join(columns)} FROM src_files")
 
 
-def pick_incident(
-    connection: duckdb.DuckDBPyConnection, where: str, job: str | None, incident: str | None
-) -> Incident:
-    """The incident to analyse: the one asked for, else the most recent dump in the archive."""
-    rows = connection.execute(
-        "SELECT job, incident, max(dump_time_ns) AS t FROM src"
-        " WHERE ($job IS NULL OR job = $job) AND ($incident IS NULL OR incident = $incident)"
-        " GROUP BY ALL ORDER BY t DESC NULLS LAST, job, incident",
-        {"job": job, "incident": incident},
-    ).fetchall()
-    if not rows:
+def _sql_type(dtype: pa.DataType) -> str:
+    if pa.types.is_list(dtype):
+        return f"{_sql_type(dtype.value_type)}[]"
+    if pa.types.is_struct(dtype):
+        fields = ", ".join(f'"{f.name}" {_sql_type(f.type)}' for f in dtype)
+        return f"STRUCT({fields})"
+    simple = {
+        pa.string(): "VARCHAR",
+        pa.int64(): "BIGINT",
+        pa.float64(): "DOUBLE",
+        pa.bool_(): "BOOLEAN",
+    }
+    return simple[dtype]
+
+
+def pick_incident(archive: Path, job: str | None, incident: str | None) -> Incident:
+    """The incident to analyse: the one asked for, else the most recently written one.
+
+    Read off the archive's folders (``job=<job>/incident=<incident>``), not its rows.
+    """
+    candidates: list[tuple[int, str, str]] = []
+    for folder in archive.glob("job=*/incident=*"):
+        found_job = folder.parent.name.removeprefix("job=")
+        found_incident = folder.name.removeprefix("incident=")
+        if (job is not None and found_job != job) or (
+            incident is not None and found_incident != incident
+        ):
+            continue
+        mtimes = [f.stat().st_mtime_ns for f in folder.glob("*.parquet")]
+        if mtimes:
+            candidates.append((max(mtimes), found_job, found_incident))
+    if not candidates:
         wanted = ", ".join(
             f"{k}={v}" for k, v in (("job", job), ("incident", incident)) if v is not None
         )
-        raise ArchiveError(f"{where} holds no entries" + (f" for {wanted}" if wanted else ""))
-    return Incident(job=rows[0][0], incident=rows[0][1])
+        raise ArchiveError(f"{archive} holds no entries" + (f" for {wanted}" if wanted else ""))
+    _, found_job, found_incident = max(candidates)
+    return Incident(job=found_job, incident=found_incident)
 
 
 @dataclass(kw_only=True)
@@ -83,6 +123,8 @@ def open_source(
         if is_archive(path):
             archive = path
         else:
+            from fr_otel.archive import import_dumps
+
             archive = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-otel-")))
             report = import_dumps([path], archive=archive, job=job, incident=incident)
             problems = report.problems
@@ -91,7 +133,7 @@ def open_source(
                     raise problems[0]
                 raise ArchiveError(f"{path}: no Flight Recorder dumps or archive found there")
             job = incident = None  # the temporary archive holds exactly this import
+        chosen = pick_incident(archive, job, incident)
         connection = stack.enter_context(duckdb.connect())
-        register_archive(connection, archive)
-        chosen = pick_incident(connection, str(path), job, incident)
+        register_archive(connection, archive, only=chosen)
         yield Source(connection=connection, incident=chosen, import_problems=problems)

@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 
-from fr_otel.analysis.stacks import LIBRARY_FRAME_PATTERN
+from fr_otel.stacks import LIBRARY_FRAME_PATTERN
 
 _PARAM = re.compile(r"\$([a-z_]+)")
 
@@ -54,7 +54,11 @@ def statements(name: str) -> list[str]:
     """The statements of ``sql/<name>``, without comments-only fragments."""
     text = resources.files("fr_otel.analysis").joinpath("sql", name).read_text()
     parts = [p.strip() for p in text.split(";\n")]
-    return [p for p in parts if any(not line.lstrip().startswith("--") for line in p.splitlines() if line.strip())]
+    return [
+        p
+        for p in parts
+        if any(not line.lstrip().startswith("--") for line in p.splitlines() if line.strip())
+    ]
 
 
 def run_file(connection: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> None:

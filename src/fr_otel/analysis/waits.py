@@ -14,32 +14,39 @@ what it is blocked on. From the heads:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import duckdb
 
-from fr_otel.analysis.findings import Finding, GroupRef
-from fr_otel.analysis.stacks import call_site, trimmed
+from fr_otel.analysis.findings import Finding, FrameRef, GroupRef
+
+
+SlotKey = tuple[int, "int | None", bool]
+"""(group id, collective seq or None, is p2p): where a rank is blocked."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Head:
     rank: int
-    gkey: str
+    gid: int
     seq: int | None
     p2p: bool
     op: str
     peer: int | None
-    state: str | None
     started: bool
     created_ns: int | None
-    frames: list[dict[str, Any]] | None
+    record_id: int
+    site: int | None
+    """Hash of the call site (the text is fetched for the findings that show it)."""
     timeout_ms: int | None
     dump_time_ns: int | None
 
     @property
-    def slot(self) -> tuple[str, int | None, bool]:
-        return (self.gkey, self.seq, self.p2p)
+    def ref(self) -> FrameRef:
+        return (self.rank, self.record_id)
+
+    @property
+    def slot(self) -> tuple[int, int | None, bool]:
+        return (self.gid, self.seq, self.p2p)
 
     def overdue(self) -> bool:
         """Pending longer than its timeout when the dump was taken (unknown counts as yes)."""
@@ -53,49 +60,110 @@ def load_heads(connection: duckdb.DuckDBPyConnection) -> dict[int, Head]:
     for rank, head in connection.execute("SELECT rank, head FROM heads").fetchall():
         heads[rank] = Head(
             rank=rank,
-            gkey=head["gkey"],
+            gid=head["gid"],
             seq=head["seq"],
             p2p=head["p2p"],
             op=head["op"],
             peer=head["peer"],
-            state=head["state"],
             started=bool(head["started"]),
             created_ns=head["time_created_ns"],
-            frames=head["frames"],
+            record_id=head["record_id"],
+            site=head["site"],
             timeout_ms=head["timeout_ms"],
             dump_time_ns=head["dump_time_ns"],
         )
     return heads
 
 
-def held_by(heads: dict[int, Head], gkey: str, seq: int | None) -> frozenset[int]:
-    """Ranks blocked in group ``gkey`` at or after collective ``seq``."""
+@dataclass(kw_only=True)
+class WaitGraph:
+    """Who each blocked op waits on: the members (or the peer) that have not done it and
+    are not at it themselves. A rank stuck in host code has no unfinished op at all, yet
+    is waited on."""
+
+    heads: dict[int, Head]
+    by_slot: dict[SlotKey, set[int]]
+    needs: dict[SlotKey, set[int]]
+
+    @classmethod
+    def build(
+        cls,
+        connection: duckdb.DuckDBPyConnection,
+        heads: dict[int, Head],
+        groups: dict[int, GroupRef],
+    ) -> WaitGraph:
+        by_slot: dict[SlotKey, set[int]] = {}
+        for head in heads.values():
+            by_slot.setdefault(head.slot, set()).add(head.rank)
+        done: dict[tuple[int, int], set[int]] = {
+            (gid, seq): set(ranks)
+            for gid, seq, ranks in connection.execute(
+                "SELECT s.gid, s.seq, list(s.rank) FROM slots s"
+                " JOIN (SELECT DISTINCT head.gid AS gid, head.seq AS seq FROM heads"
+                "       WHERE NOT head.p2p) h USING (gid, seq)"
+                " WHERE s.done GROUP BY ALL"
+            ).fetchall()
+        }
+        needs: dict[SlotKey, set[int]] = {}
+        for slot, ranks in by_slot.items():
+            gid, seq, p2p = slot
+            if p2p:
+                wanted: set[int] = set()
+                for rank in ranks:
+                    head = heads[rank]
+                    peer = heads.get(head.peer) if head.peer is not None else None
+                    matching = (
+                        peer is not None and peer.p2p and peer.gid == gid and peer.peer == rank
+                    )
+                    if head.peer is not None and not matching:
+                        wanted.add(head.peer)
+                needs[slot] = wanted
+            else:
+                members = set(groups[gid].ranks or ())
+                needs[slot] = members - done.get((gid, seq or 0), set()) - ranks
+        return cls(heads=heads, by_slot=by_slot, needs=needs)
+
+    def blocked_behind(self, held: frozenset[int]) -> frozenset[int]:
+        """``held`` plus every rank that transitively waits on one of them."""
+        blocked = set(held)
+        changed = True
+        while changed:
+            changed = False
+            for slot, ranks in self.by_slot.items():
+                if not ranks <= blocked and self.needs[slot] & blocked:
+                    blocked |= ranks
+                    changed = True
+        return frozenset(blocked)
+
+
+def held_by(heads: dict[int, Head], gid: int, seq: int | None) -> frozenset[int]:
+    """Ranks blocked in group ``gid`` at or after collective ``seq``."""
     return frozenset(
         h.rank
         for h in heads.values()
-        if h.gkey == gkey and (seq is None or h.p2p or (h.seq is not None and h.seq >= seq))
+        if h.gid == gid and (seq is None or h.p2p or (h.seq is not None and h.seq >= seq))
     )
 
 
 def stuck_in_flight(
     connection: duckdb.DuckDBPyConnection,
     heads: dict[int, Head],
-    groups: dict[str, GroupRef],
+    groups: dict[int, GroupRef],
     dumped: set[int],
     timing_known: bool,
 ) -> list[Finding]:
     findings: list[Finding] = []
-    by_slot: dict[tuple[str, int | None, bool], list[Head]] = {}
+    by_slot: dict[tuple[int, int | None, bool], list[Head]] = {}
     for head in heads.values():
         if not head.p2p:
             by_slot.setdefault(head.slot, []).append(head)
-    for (gkey, seq, _), waiting in sorted(by_slot.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        group = groups[gkey]
+    for (gid, seq, _), waiting in sorted(by_slot.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        group = groups[gid]
         members = [m for m in (group.ranks or ()) if m in dumped]
         if {h.rank for h in waiting} != set(members) or not all(h.overdue() for h in waiting):
             continue
         summary_row = connection.execute(
-            "SELECT absent, signatures FROM slot_summary WHERE gkey = ? AND seq = ?", [gkey, seq]
+            "SELECT absent, signatures FROM slot_summary WHERE gid = ? AND seq = ?", [gid, seq]
         ).fetchone()
         if summary_row is None or summary_row[0] or summary_row[1] != 1:
             continue  # not issued alike by everyone: the divergence findings cover it
@@ -117,7 +185,7 @@ def stuck_in_flight(
             reason = (
                 "no member started it"
                 if timing_known
-                else "the dumps cannot tell started from scheduled (no timing), so no rank is blamed"
+                else "the dumps cannot tell started from scheduled (no timing): no rank is blamed"
             )
         findings.append(
             Finding(
@@ -131,14 +199,12 @@ def stuck_in_flight(
                     "started_ranks": started,
                     "unstarted_ranks": unstarted,
                     "timing_known": timing_known,
-                    "call_site": call_site(example.frames),
+                    "entry": example.ref,
                 },
                 frames={
-                    "majority": trimmed(example.frames),
+                    "majority": example.ref,
                     "majority_rank": example.rank,
-                    "culprit": {
-                        str(h.rank): trimmed(h.frames) for h in waiting if h.rank in culprits
-                    },
+                    "culprit": {str(h.rank): h.ref for h in waiting if h.rank in culprits},
                 },
                 time_ns=min((h.created_ns for h in waiting if h.created_ns), default=None),
             )
@@ -146,28 +212,15 @@ def stuck_in_flight(
     return findings
 
 
-SlotKey = tuple[str, "int | None", bool]
-
-
-def _slot_graph(heads: dict[int, Head], groups: dict[str, GroupRef]) -> dict[SlotKey, set[SlotKey]]:
+def _slot_graph(graph: WaitGraph) -> dict[SlotKey, set[SlotKey]]:
     """Which head slot waits on which: A -> B when a rank A needs is blocked at B.
 
     Working on slots rather than ranks keeps the graph tiny however many ranks wait.
     """
-    graph: dict[SlotKey, set[SlotKey]] = {}
-    for head in heads.values():
-        edges = graph.setdefault(head.slot, set())
-        if head.p2p:
-            peer = heads.get(head.peer) if head.peer is not None else None
-            matching = peer is not None and peer.p2p and peer.gkey == head.gkey and peer.peer == head.rank
-            if peer is not None and not matching:
-                edges.add(peer.slot)
-            continue
-        for member in groups[head.gkey].ranks or ():
-            other = heads.get(member)
-            if other is not None and other.slot != head.slot:
-                edges.add(other.slot)
-    return graph
+    return {
+        slot: {graph.heads[m].slot for m in needed if m in graph.heads}
+        for slot, needed in graph.needs.items()
+    }
 
 
 def _strongly_connected(graph: dict[SlotKey, set[SlotKey]]) -> list[list[SlotKey]]:
@@ -218,10 +271,10 @@ def _order_minority(connection: duckdb.DuckDBPyConnection, slots: list[SlotKey])
     """Ranks that issued two of the deadlocked collectives in the minority's order."""
     positions: dict[SlotKey, dict[int, int]] = {}
     for slot in slots:
-        gkey, seq, _ = slot
+        gid, seq, _ = slot
         positions[slot] = dict(
             connection.execute(
-                "SELECT rank, first_record FROM slots WHERE gkey = ? AND seq = ?", [gkey, seq]
+                "SELECT rank, first_record FROM slots WHERE gid = ? AND seq = ?", [gid, seq]
             ).fetchall()
         )
     culprits: set[int] = set()
@@ -236,11 +289,12 @@ def _order_minority(connection: duckdb.DuckDBPyConnection, slots: list[SlotKey])
 
 
 def cross_pg_deadlocks(
-    connection: duckdb.DuckDBPyConnection, heads: dict[int, Head], groups: dict[str, GroupRef]
+    connection: duckdb.DuckDBPyConnection, graph: WaitGraph, groups: dict[int, GroupRef]
 ) -> list[Finding]:
+    heads = graph.heads
     findings: list[Finding] = []
-    for slots in _strongly_connected(_slot_graph(heads, groups)):
-        if len(slots) < 2 or len({gkey for gkey, _, _ in slots}) < 2:
+    for slots in _strongly_connected(_slot_graph(graph)):
+        if len(slots) < 2 or len({gid for gid, _, _ in slots}) < 2:
             continue
         if any(p2p for _, _, p2p in slots):
             continue
@@ -248,10 +302,10 @@ def cross_pg_deadlocks(
         # behind something else in its stream. (A rank that skipped or changed it is a
         # divergence finding instead.)
         issued_alike = True
-        for gkey, seq, _ in slots:
+        for gid, seq, _ in slots:
             row = connection.execute(
-                "SELECT absent, signatures FROM slot_summary WHERE gkey = ? AND seq = ?",
-                [gkey, seq],
+                "SELECT absent, signatures FROM slot_summary WHERE gid = ? AND seq = ?",
+                [gid, seq],
             ).fetchone()
             if row is None or row[0] or row[1] != 1:
                 issued_alike = False
@@ -265,7 +319,9 @@ def cross_pg_deadlocks(
         }
         first = min(component, key=lambda r: (heads[r].created_ns or 0, r))
         example = heads[culprits[0]] if culprits else heads[first]
-        description = "; ".join(f"ranks {ranks} blocked in {where}" for where, ranks in blocked.items())
+        description = "; ".join(
+            f"ranks {ranks} blocked in {where}" for where, ranks in blocked.items()
+        )
         blame = (
             f" rank{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))} issued"
             " them in the opposite order to their peers"
@@ -275,22 +331,25 @@ def cross_pg_deadlocks(
         findings.append(
             Finding(
                 kind="cross_pg_deadlock",
-                group=groups[example.gkey],
+                group=groups[example.gid],
                 collective_seq_id=example.seq,
                 op=example.op,
                 culprit_ranks=culprits,
-                summary=f"ranks wait on each other across {len(blocked)} groups ({description});{blame}",
+                summary=(
+                    f"ranks wait on each other across {len(blocked)} groups ({description});"
+                    + blame
+                ),
                 evidence={
                     "blocked": blocked,
-                    "call_sites": {str(r): call_site(heads[r].frames) for r in culprits or [first]},
+                    "culprit_entries": {str(r): {"entry": heads[r].ref} for r in culprits},
                 },
                 frames={
-                    "culprit": {str(r): trimmed(heads[r].frames) for r in culprits},
-                    "majority": trimmed(heads[first].frames),
+                    "culprit": {str(r): heads[r].ref for r in culprits},
+                    "majority": heads[first].ref,
                     "majority_rank": first,
                 },
                 time_ns=min(
-                    (heads[r].created_ns for r in component if heads[r].created_ns), default=None
+                    (t for r in component if (t := heads[r].created_ns) is not None), default=None
                 ),
                 held_ranks=frozenset(component),
             )
@@ -299,35 +358,34 @@ def cross_pg_deadlocks(
 
 
 def p2p_unmatched(
-    connection: duckdb.DuckDBPyConnection, groups: dict[str, GroupRef]
+    connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
 ) -> list[Finding]:
     rows = connection.execute(
-        "SELECT rank, gkey, op, peer, p2p_seq_id, input_sizes, output_sizes, time_created_ns, frames"
-        " FROM p2p_pending WHERE peer_dumped AND NOT peer_posted ORDER BY gkey, rank, record_id"
+        "SELECT rank, gid, op, peer, p2p_seq_id, time_created_ns, record_id"
+        " FROM p2p_pending WHERE peer_dumped AND NOT peer_posted ORDER BY gid, rank, record_id"
     ).fetchall()
     findings: dict[tuple[str, int, int], Finding] = {}
-    for rank, gkey, op, peer, p2p_seq, ins, outs, created, frames in rows:
-        key = (gkey, rank, peer)
+    for rank, gid, op, peer, p2p_seq, created, record_id in rows:
+        key = (gid, rank, peer)
         if key in findings:
             continue
         other = "recv" if op == "send" else "send"
         findings[key] = Finding(
             kind="p2p_unmatched",
-            group=groups[gkey],
+            group=groups[gid],
             collective_seq_id=None,
             op=op,
             culprit_ranks=[peer],
             summary=(
                 f"rank {rank}'s {op} {'to' if op == 'send' else 'from'} rank {peer}"
-                f" ({groups[gkey].label()}) has no matching {other}: rank {peer} never posted it"
+                f" ({groups[gid].label()}) has no matching {other}: rank {peer} never posted it"
             ),
             evidence={
                 "waiting_rank": rank,
                 "p2p_seq_id": p2p_seq,
-                "sizes": ins if op == "send" else outs,
-                "call_site": call_site(frames),
+                "entry": (rank, record_id),
             },
-            frames={"majority": trimmed(frames), "majority_rank": rank, "culprit": {}},
+            frames={"majority": (rank, record_id), "majority_rank": rank, "culprit": {}},
             time_ns=created,
             waiting_ranks=frozenset({peer}),
         )

@@ -13,9 +13,11 @@ import click
 
 from fr_otel import __version__
 from fr_otel.cli._errors import run_translating_errors
+from fr_otel.cli.analyze_cmd import analyze_
 from fr_otel.cli.demo_cmd import demo
 from fr_otel.cli.import_cmd import import_
 from fr_otel.cli.simulate_cmd import simulate
+from fr_otel.cli.sql_cmd import sql
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,7 +26,8 @@ from fr_otel.cli.simulate_cmd import simulate
 def cli(verbose: int) -> None:
     """Diagnose NCCL watchdog timeouts from PyTorch Flight Recorder data.
 
-    Import dumps into a Parquet archive, simulate fleets, and (soon) analyze them.
+    Import dumps into a Parquet archive, analyze them, query them with SQL, and
+    simulate fleets to try it all on.
     """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
@@ -33,6 +36,8 @@ def cli(verbose: int) -> None:
 
 
 cli.add_command(import_)
+cli.add_command(analyze_)
+cli.add_command(sql)
 cli.add_command(simulate)
 cli.add_command(demo)
 

@@ -19,8 +19,11 @@ def run_translating_errors(command: click.Command, argv: list[str] | None) -> in
     except click.exceptions.Abort:
         click.echo("fr-otel: aborted", err=True)
         return 130
-    except click.ClickException as exc:
+    except click.UsageError as exc:
         exc.show()
+        return EXIT_BAD_INPUT
+    except click.ClickException as exc:
+        click.echo(f"fr-otel: error: {exc.format_message()}", err=True)
         return EXIT_BAD_INPUT
     except FrOtelError as exc:
         click.echo(f"fr-otel: error: {exc}", err=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import shutil
 import time
 from pathlib import Path
 
 import click
 
-from fr_otel.archive import import_dumps
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
 
 DEMO_SCENARIO = "skipped_collective"
@@ -38,7 +38,8 @@ def demo(out: Path, world: int) -> int:
 
     Starts WORLD processes with torch.distributed on the gloo backend (CPU, no GPU or
     collector needed). One rank skips a collective; every rank dumps its Flight
-    Recorder buffer; the dumps are imported into OUT/archive and queried with DuckDB.
+    Recorder buffer; the dumps are imported into OUT/archive, analysed, and queried
+    with DuckDB.
     """
     try:
         from fr_otel.demo.gloo_job import run_scenario
@@ -49,6 +50,10 @@ def demo(out: Path, world: int) -> int:
             " install it with: pip install 'fr-otel[torch]'"
         ) from None
     import duckdb
+
+    from fr_otel.analysis import analyze
+    from fr_otel.archive import import_dumps
+    from fr_otel.cli.analyze_cmd import render_text
 
     scenario = SCENARIOS[DEMO_SCENARIO]
     shutil.rmtree(out, ignore_errors=True)
@@ -64,14 +69,19 @@ def demo(out: Path, world: int) -> int:
         click.echo(f"   {problem}", err=True)
     click.echo(f"   {report.summary()}")
 
+    click.echo(f"3. fr-otel analyze {archive}")
+    analysis = analyze(archive)
+    buffer = io.StringIO()
+    render_text(analysis, buffer)
+    click.echo("\n".join("   " + line for line in buffer.getvalue().splitlines()))
+
     query = DEMO_QUERY.format(archive=archive.as_posix())
-    click.echo("3. Where did each rank stop? (DuckDB over the archive)")
+    click.echo("4. The same evidence in plain SQL: where did each rank stop? (DuckDB)")
     click.echo("\n".join("   " + line for line in query.splitlines()))
     with duckdb.connect() as connection:
         click.echo(str(connection.sql(query)))
     culprits = ", ".join(map(str, scenario.culprit_ranks)) or "none"
-    click.echo(
-        f"The injected fault was on rank {culprits}. `fr-otel analyze` (coming next) names it"
-        " automatically; meanwhile, query the archive yourself with the SQL above."
-    )
+    named = analysis.findings[analysis.root_cause or 0].culprit_ranks if analysis.findings else []
+    verdict = "named it" if sorted(named) == sorted(scenario.culprit_ranks) else "did NOT name it"
+    click.echo(f"The injected fault was on rank {culprits}; fr-otel analyze {verdict}.")
     return EXIT_OK if report.ok else EXIT_BAD_INPUT

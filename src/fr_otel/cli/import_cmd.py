@@ -6,10 +6,8 @@ import sys
 from pathlib import Path
 
 import click
-from tqdm import tqdm
 
 from fr_otel import config
-from fr_otel.archive import import_dumps
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
 
 
@@ -56,6 +54,11 @@ def import_(
     Query the archive with DuckDB:
       SELECT * FROM read_parquet('ARCHIVE/**/*.parquet', hive_partitioning = true)
     """
+    # imported here so that other commands start without them
+    from tqdm import tqdm
+
+    from fr_otel.archive import import_dumps
+
     bar: tqdm | None = None
 
     def progress(done: int, total: int) -> None:

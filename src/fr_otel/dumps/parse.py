@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from fr_otel.dumps.safe_pickle import UnsafePickleError, load_plain
 from fr_otel.errors import DumpError
 from fr_otel.schema import RECORD_SCHEMA, SIZES_TYPE
+from fr_otel.stacks import call_site
 
 _PROFILING_NAME = re.compile(
     r"^(?:(?P<backend>[A-Za-z0-9_]+):)?(?P<op>[A-Za-z0-9_]+)(?:\s+(?P<meta>.*))?$"
@@ -246,7 +247,9 @@ def _without_zeros(array: pa.Array) -> pa.Array:
     return pc.if_else(pc.equal(array, 0), pa.scalar(None, pa.int64()), array)
 
 
-def _frames_array(entries: list[dict[str, Any]], frame_list_type: pa.DataType) -> pa.Array:
+def _frames_and_sites(
+    entries: list[dict[str, Any]], frame_list_type: pa.DataType
+) -> tuple[pa.Array, pa.Array]:
     """Convert each distinct stack once.
 
     torch symbolises each frame once per dump and the pickle memoises it, so entries from
@@ -269,8 +272,10 @@ def _frames_array(entries: list[dict[str, Any]], frame_list_type: pa.DataType) -
             unique.append(stack)
         indices.append(position)
     if not unique:
-        return pa.nulls(len(entries), type=frame_list_type)
-    return pa.array(unique, type=frame_list_type).take(pa.array(indices, type=pa.int32()))
+        return pa.nulls(len(entries), type=frame_list_type), pa.nulls(len(entries), pa.string())
+    take = pa.array(indices, type=pa.int32())
+    sites = pa.array([call_site(stack) for stack in unique], type=pa.string())
+    return pa.array(unique, type=frame_list_type).take(take), sites.take(take)
 
 
 _ALL_GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor"})
@@ -431,6 +436,7 @@ def _build(
         return pa.array(per_id, type=pa.int64()).take(pg_id_index)
 
     record_ids = raw.field("record_id")
+    frames, sites = _frames_and_sites(entries, RECORD_SCHEMA.field("frames").type)
     comm_lib = dump.get("comm_lib_version", dump.get("nccl_version"))
 
     def constant(value: Any, dtype: pa.DataType) -> pa.Array:
@@ -467,7 +473,8 @@ def _build(
         "is_p2p": raw.field("is_p2p"),
         "thread_name": raw.field("thread_name"),
         "thread_id": raw.field("thread_id"),
-        "frames": _frames_array(entries, RECORD_SCHEMA.field("frames").type),
+        "frames": frames,
+        "call_site": sites,
         "pg_last_enqueued_seq": status_column("last_enqueued_collective"),
         "pg_last_started_seq": status_column("last_started_collective"),
         "pg_last_completed_seq": status_column("last_completed_collective"),

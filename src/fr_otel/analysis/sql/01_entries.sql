@@ -1,11 +1,32 @@
 -- One incident's entries with what matching needs: the group identity (name and
--- global rank set, never the rank-local pg_id), p2p-ness, and whether the work finished.
+-- global rank set, never the rank-local pg_id) as an integer, p2p-ness, and whether the
+-- work finished. Sizes, dtypes and call sites are reduced to hashes and element counts
+-- (copying them would cost more than all the matching); stacks stay in the archive.
+-- Findings fetch the text of the few entries they show.
 CREATE OR REPLACE TEMP TABLE e AS
 WITH raw AS (
     SELECT
         rank, record_id, pg_name, pg_desc, pg_ranks, collective_seq_id AS seq, p2p_seq_id, op,
-        peer, input_sizes, output_sizes, input_dtypes, output_dtypes, state, retired, backend,
-        time_created_ns, frames, timeout_ms, dump_time_ns,
+        peer, time_created_ns,
+        timeout_ms, dump_time_ns, backend = 'gloo' AS gloo, state = 'started' AS state_started,
+        hash(pg_name, pg_ranks) AS gid,
+        -- the user's call site, as a hash: findings fetch the text of the few they show
+        CASE WHEN call_site IS NOT NULL THEN hash(call_site) END AS site,
+        -- the fingerprint that must agree across a group; ops whose sizes legitimately
+        -- differ across ranks (all_to_all, gather, scatter) leave sizes out of it
+        hash(
+            op,
+            CASE WHEN list_contains($variable_size_ops, op) THEN NULL ELSE input_sizes END,
+            CASE WHEN list_contains($variable_size_ops, op) THEN NULL ELSE output_sizes END,
+            input_dtypes,
+            output_dtypes
+        ) AS h,
+        hash(input_dtypes, output_dtypes) AS hd,
+        list_sum(list_transform(input_sizes, lambda s: list_product(s)))::BIGINT AS in_numel,
+        list_sum(list_transform(output_sizes, lambda s: list_product(s)))::BIGINT AS out_numel,
+        len(input_sizes) AS in_tensors,
+        len(output_sizes) AS out_tensors,
+        input_sizes = output_sizes AS sizes_equal,
         coalesce(is_p2p, false) OR op IN ('send', 'recv') AS p2p,
         -- gloo never marks entries started/completed: retirement is its only completion signal.
         -- For NCCL a retired entry that did not complete timed out.
@@ -13,27 +34,35 @@ WITH raw AS (
         state IN ('started', 'completed') AS started
     FROM src
     WHERE job = $job AND incident = $incident
+),
+-- ops inside a coalesced batch never complete themselves (pytorch#137969): the batch's
+-- trailing `coalesced` entry carries the completion for all of them
+batches AS (
+    SELECT rank, gid, p2p, CASE WHEN p2p THEN p2p_seq_id ELSE seq END AS batch,
+           bool_or(done_self) AS finished
+    FROM raw
+    WHERE op = 'coalesced'
+    GROUP BY ALL
 )
 SELECT
-    *,
-    pg_name || '|' || CAST(list_sort(coalesce(pg_ranks, [])) AS VARCHAR) AS gkey,
-    -- ops inside a coalesced batch never complete themselves (pytorch#137969): the
-    -- batch's trailing `coalesced` entry carries the completion for all of them
-    done_self OR coalesce(bool_or(op = 'coalesced' AND done_self) OVER (
-        PARTITION BY rank, pg_name, p2p, CASE WHEN p2p THEN p2p_seq_id ELSE seq END
-    ), false) AS done
-FROM raw;
+    raw.* EXCLUDE (done_self),
+    raw.done_self OR coalesce(fb.finished, false) AS done,
+    fb.rank IS NOT NULL AS in_batch
+FROM raw
+LEFT JOIN batches fb
+    ON fb.rank = raw.rank AND fb.gid = raw.gid AND fb.p2p = raw.p2p
+   AND fb.batch = CASE WHEN raw.p2p THEN raw.p2p_seq_id ELSE raw.seq END;
 
 -- Every group once: name, description and members.
 CREATE OR REPLACE TEMP TABLE groups AS
-SELECT gkey, any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc,
-       list_sort(any_value(pg_ranks)) AS members, bool_or(p2p) AS has_p2p
+SELECT gid, any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc,
+       list_sort(any_value(pg_ranks)) AS members
 FROM e
-GROUP BY gkey;
+GROUP BY gid;
 
 -- Each rank's dump: what it holds and whether it holds its whole history.
 CREATE OR REPLACE TEMP TABLE dumped AS
 SELECT rank, count(*) AS entries, min(record_id) AS first_record, max(record_id) AS last_record,
-       bool_or(state = 'started') AS any_started
+       bool_or(state_started) AS any_started
 FROM e
 GROUP BY rank;

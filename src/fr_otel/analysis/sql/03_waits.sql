@@ -4,8 +4,8 @@ CREATE OR REPLACE TEMP TABLE heads AS
 SELECT
     rank,
     arg_min(
-        struct_pack(gkey, seq, p2p, p2p_seq_id, op, peer, state, started, record_id,
-                    time_created_ns, frames, timeout_ms, dump_time_ns),
+        struct_pack(gid, seq, p2p, p2p_seq_id, op, peer, started, record_id,
+                    time_created_ns, site, timeout_ms, dump_time_ns),
         record_id
     ) AS head
 FROM e

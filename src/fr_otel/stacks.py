@@ -1,17 +1,25 @@
-"""Stack frames as findings show them: innermost first, torch's own frames marked."""
+"""Stack frames: which are torch's own, and where the user's code called in.
+
+Shared by the importer (the ``call_site`` column) and the analyzer (findings' stacks).
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+# Frames of torch and of the plumbing around every call; the first frame that is none
+# of these is the user's call site.
 _LIBRARY_MARKERS = (
+    "/site-packages/torch/",
     "/torch/distributed/",
     "/torch/nn/parallel/",
     "/torch/_dynamo/",
     "c10d_logger.py",
+    "typing_extensions.py",
     "/multiprocessing/",
     "<string>",
+    "<frozen ",
 )
 MAX_FRAMES = 16
 LIBRARY_FRAME_PATTERN = "|".join(re.escape(marker) for marker in _LIBRARY_MARKERS)

@@ -1,0 +1,90 @@
+"""``fr-otel sql``: plain SQL over an archive, with documented views."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from fr_otel.cli._errors import EXIT_OK
+from fr_otel.errors import ArchiveError
+
+if TYPE_CHECKING:
+    import duckdb
+
+
+def _describe(connection: duckdb.DuckDBPyConnection) -> str:
+    from fr_otel.analysis.views import VIEW_DOCS
+
+    lines = ["Views (query them with: fr-otel sql ARCHIVE 'SELECT ...'):"]
+    for view, doc in VIEW_DOCS.items():
+        lines.append(f"  {view}: {doc}")
+        if view != "findings":
+            columns = connection.execute(f"DESCRIBE {view}").fetchall()
+            lines.append("    " + ", ".join(c[0] for c in columns))
+    return "\n".join(lines)
+
+
+@click.command("sql")
+@click.argument("archive", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("query", required=False)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option("--max-rows", type=int, default=100, show_default=True, help="table format only")
+def sql(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
+    """Run SQL over an archive (DuckDB), with the views entries, collectives, findings.
+
+    Without QUERY, reads it from standard input, or (on a terminal) lists the views and
+    their columns. The same Parquet files work with plain duckdb:
+    read_parquet('ARCHIVE/**/*.parquet', hive_partitioning = true).
+    """
+    import duckdb
+
+    from fr_otel.analysis.source import is_archive
+    from fr_otel.analysis.views import register_views
+
+    if not is_archive(archive):
+        raise ArchiveError(f"{archive} is not an archive (no job=*/incident=*/*.parquet inside)")
+    if query is None and not sys.stdin.isatty():
+        query = sys.stdin.read()
+    with duckdb.connect() as connection:
+        wants_findings = query is not None and re.search(r"\bfindings\b", query, re.I) is not None
+        register_views(connection, archive, findings=wants_findings)
+        if not query or not query.strip():
+            click.echo(_describe(connection))
+            return EXIT_OK
+        try:
+            relation = connection.sql(query)
+        except duckdb.Error as exc:
+            raise click.ClickException(f"query failed: {exc}") from None
+        if relation is None:
+            return EXIT_OK
+        if fmt == "table":
+            click.echo(_table(relation, max_rows))
+        else:
+            columns = relation.columns
+            rows = relation.fetchall()
+            if fmt == "csv":
+                writer = csv.writer(sys.stdout)
+                writer.writerow(columns)
+                writer.writerows(rows)
+            else:
+                for row in rows:
+                    sys.stdout.write(
+                        json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n"
+                    )
+    return EXIT_OK
+
+
+def _table(relation: duckdb.DuckDBPyRelation, max_rows: int) -> str:
+    return str(relation.limit(max_rows)) if max_rows > 0 else str(relation)
