@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -70,6 +70,11 @@ class GroupView:
     divergent: list[int]
     precedent: dict[tuple[int, int], int | None]
     """(seq, rank) -> the signature this rank issued last time at the same call site."""
+    siblings: dict[int, dict[int, int]]
+    """seq -> {signature: number of sibling groups (same description and size) that
+    agreed on it at that seq}: replicas of this group run the same program."""
+    tie_breaks: dict[int, str] = field(default_factory=dict)
+    """seq -> how a tie at that seq was broken."""
 
 
 _GROUP_SLOTS = """
@@ -144,10 +149,12 @@ def load_group_views(
             ).fetchall()
         }
         precedent: dict[tuple[int, int], int | None] = {}
+        siblings: dict[int, dict[int, int]] = {}
+        ref = groups[gid]
         for seq, info in majority.items():
             if info.tied:
                 precedent.update(_precedents(connection, gid, seq))
-        ref = groups[gid]
+                siblings[seq] = _sibling_votes(connection, ref, seq)
         views.append(
             GroupView(
                 ref=ref,
@@ -158,9 +165,30 @@ def load_group_views(
                 windows=windows,
                 divergent=sorted(divergent_seqs),
                 precedent=precedent,
+                siblings=siblings,
             )
         )
     return views
+
+
+_SIBLING_VOTES = """
+SELECT ss.majority_sig, count(*)
+FROM slot_summary ss JOIN groups g USING (gid)
+WHERE ss.seq = ? AND ss.gid <> ? AND ss.signatures = 1
+  AND g.pg_desc IS NOT DISTINCT FROM ? AND len(g.members) = ?
+GROUP BY 1
+"""
+
+
+def _sibling_votes(
+    connection: duckdb.DuckDBPyConnection, group: GroupRef, seq: int
+) -> dict[int, int]:
+    if not group.desc:
+        return {}
+    rows = connection.execute(
+        _SIBLING_VOTES, [seq, group.key, group.desc, len(group.ranks or ())]
+    ).fetchall()
+    return {sig: votes for sig, votes in rows}
 
 
 _PRECEDENT = """
@@ -181,12 +209,22 @@ def _precedents(
 
 
 def _break_tie(view: GroupView, seq: int) -> Majority | None:
-    """With no majority, the side that issued what it issued last time at the same call
-    site is the reference, when exactly one side did (a two-rank group has no majority)."""
+    """A reference for a slot with no majority (a two-rank group never has one).
+
+    First the replicas of this group (same description and size: the other dp or tp
+    groups run the same program): the side they agreed on is the reference, when they
+    back exactly one side. Then each rank's own history: the side whose ranks issued what
+    they issued last time at the same call site, when exactly one side did.
+    """
     sides: dict[int, list[Slot]] = {}
     for (t, _), slot in view.slots.items():
         if t == seq:
             sides.setdefault(slot.sig, []).append(slot)
+    votes = view.siblings.get(seq, {})
+    backed = [sig for sig in sides if votes.get(sig)]
+    if len(backed) == 1:
+        view.tie_breaks[seq] = f"{votes[backed[0]]} replica group(s) issued the same"
+        return _majority_of(view, seq, sides, backed[0])
     consistent = [
         sig
         for sig, slots in sides.items()
@@ -199,7 +237,11 @@ def _break_tie(view: GroupView, seq: int) -> Majority | None:
     ]
     if len(consistent) != 1 or len(changed) != len(sides) - 1:
         return None
-    sig = consistent[0]
+    view.tie_breaks[seq] = "the other side changed what it issued at the same call site"
+    return _majority_of(view, seq, sides, consistent[0])
+
+
+def _majority_of(view: GroupView, seq: int, sides: dict[int, list[Slot]], sig: int) -> Majority:
     old = view.majority[seq]
     return Majority(
         sig=sig,
@@ -365,14 +407,14 @@ def classify(view: GroupView) -> list[Finding]:
     collector = _Collector(view)
     explained: dict[int, float] = {}
     ambiguous: list[Finding] = []
+    # break every tie first: skip and reorder tests compare against later slots too
     for seq in view.divergent:
-        majority = view.majority[seq]
-        broken_tie = False
-        if majority.tied and not all(explained.get(r, -1) >= seq for r in view.members):
+        if view.majority[seq].tied:
             resolved = _break_tie(view, seq)
             if resolved is not None:
-                view.majority[seq] = majority = resolved
-                broken_tie = True
+                view.majority[seq] = resolved
+    for seq in view.divergent:
+        majority = view.majority[seq]
         if majority.tied:
             if all(explained.get(r, -1) >= seq for r in view.members):
                 continue
@@ -460,7 +502,7 @@ def classify(view: GroupView) -> list[Finding]:
                 rank,
                 culprit_slot=slot,
                 culprit_frames=_ref(slot),
-                evidence={"reference": "call-site history"} if broken_tie else {},
+                evidence={"reference": view.tie_breaks[seq]} if seq in view.tie_breaks else {},
             )
             # later slots of a rank that already diverged here are its cascade
             explained[rank] = math.inf

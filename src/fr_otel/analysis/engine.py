@@ -146,7 +146,7 @@ def analyze_connection(connection: duckdb.DuckDBPyConnection, incident: Incident
     if world_size is None and expected:
         world_size = max(expected) + 1
     heads = waits.load_heads(connection)
-    graph = waits.WaitGraph.build(connection, heads, groups)
+    graph = waits.WaitGraph.build(connection, heads, groups, dumped)
 
     findings: list[Finding] = []
     for view in divergence.load_group_views(connection, groups):

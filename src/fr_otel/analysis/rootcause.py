@@ -71,39 +71,81 @@ def rank_findings(
     if not findings:
         return [], None
     for finding in findings:
-        seq = finding.collective_seq_id if finding.kind != "p2p_unmatched" else None
-        direct = finding.held_ranks | held_by(graph.heads, finding.group.key, seq)
+        direct = finding.held_ranks
+        if finding.kind != "p2p_unmatched":  # a lone send/recv holds only the rank waiting in it
+            direct |= held_by(graph.heads, finding.group.key, finding.collective_seq_id)
         if not finding.waiting_ranks:
             # the culprits of an absence are its victims, not held by it
             direct |= frozenset(finding.culprit_ranks)
         finding.held_ranks = graph.blocked_behind(direct)
     ordered = _sorted(connection, findings)
-    parent: dict[int, int] = {}
-    for i, finding in enumerate(ordered):
-        if not finding.waiting_ranks:
-            continue
-        for j, other in enumerate(ordered):
-            if j == i or (other.waiting_ranks and parent.get(j) == i):
-                continue
-            if finding.waiting_ranks <= other.held_ranks and not (
-                other.waiting_ranks and other.waiting_ranks <= finding.held_ranks and j > i
-            ):
-                parent[i] = j
-                break
-    roots = [i for i in range(len(ordered)) if i not in parent]
-    if not roots:  # a cycle of mutual explanations: the earliest stands
-        roots = [0]
-        parent.pop(0, None)
-
-    def root_of(i: int) -> int:
-        seen = set()
-        while i in parent and i not in seen:
-            seen.add(i)
-            i = parent[i]
-        return i
-
+    sinks = graph.sinks()
+    roots = _roots(ordered, sinks, graph)
     final = [ordered[i] for i in roots] + [f for i, f in enumerate(ordered) if i not in roots]
-    position = {id(f): k for k, f in enumerate(final)}
-    for i, finding in enumerate(ordered):
-        finding.consequence_of = position[id(ordered[root_of(i)])] if i in parent else None
+    root_findings = final[: len(roots)]
+    for finding in final[len(roots) :]:
+        # explained by the first root that holds the ranks it lacks, else by the main root
+        finding.consequence_of = next(
+            (
+                k
+                for k, root in enumerate(root_findings)
+                if (finding.waiting_ranks or frozenset(finding.culprit_ranks)) <= root.held_ranks
+            ),
+            0,
+        )
+    for root in root_findings:
+        root.consequence_of = None
     return final, 0
+
+
+ABSENCE_KINDS = frozenset({"missing_rank", "p2p_unmatched"})
+
+
+def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph) -> list[int]:
+    """Indexes of the findings that are causes: they sit in a jam that waits on nothing
+    else. An absence (a missing rank, a lone send) in the same jam as a divergence is
+    that divergence's consequence. Without any blocked rank, every finding stands."""
+    if not sinks:
+        return list(range(len(ordered)))
+
+    def touched(finding: Finding) -> set[int]:
+        hits = set()
+        for k, sink in enumerate(sinks):
+            if finding.kind in ABSENCE_KINDS:
+                if finding.waiting_ranks and finding.waiting_ranks <= sink:
+                    hits.add(k)
+            else:
+                ranks = set(finding.culprit_ranks) or held_by(
+                    graph.heads, finding.group.key, finding.collective_seq_id
+                )
+                if ranks & sink:
+                    hits.add(k)
+        return hits
+
+    hits = [touched(f) for f in ordered]
+    causes = {k for i, f in enumerate(ordered) if f.kind not in ABSENCE_KINDS for k in hits[i]}
+
+    # In a jam of lone sends/recvs the cause is the pair that waits on each other: the
+    # rank that never posted its half is itself blocked on the rank waiting for it. The
+    # other lone ops in the jam are further up the pipeline, waiting on that pair.
+    def mutual(finding: Finding) -> bool:
+        waiting = finding.evidence.get("waiting_rank")
+        culprit = finding.culprit_ranks[0] if finding.culprit_ranks else None
+        head = graph.heads.get(culprit) if culprit is not None else None
+        return head is not None and waiting in graph.needs.get(head.slot, set())
+
+    paired = {
+        k for i, f in enumerate(ordered) if f.kind == "p2p_unmatched" and mutual(f) for k in hits[i]
+    }
+    roots = []
+    for i, finding in enumerate(ordered):
+        if not hits[i]:
+            continue
+        if finding.kind not in ABSENCE_KINDS:
+            roots.append(i)
+        elif finding.kind == "p2p_unmatched" and mutual(finding):
+            if not hits[i] <= causes:
+                roots.append(i)
+        elif not hits[i] <= causes | paired:
+            roots.append(i)
+    return roots or [0]

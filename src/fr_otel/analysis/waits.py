@@ -21,7 +21,9 @@ from fr_otel.analysis.findings import Finding, FrameRef, GroupRef
 
 
 SlotKey = tuple[int, "int | None", bool]
-"""(group id, collective seq or None, is p2p): where a rank is blocked."""
+"""(group id, collective seq (the rank itself for p2p), is p2p): where a rank is blocked."""
+Node = tuple[object, ...]
+"""A node of the wait graph: a SlotKey, or ("idle", rank) for a rank with nothing pending."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,7 +48,8 @@ class Head:
 
     @property
     def slot(self) -> tuple[int, int | None, bool]:
-        return (self.gid, self.seq, self.p2p)
+        # every rank's pending send/recv is its own wait (they pair by peer, not by group)
+        return (self.gid, self.rank if self.p2p else self.seq, self.p2p)
 
     def overdue(self) -> bool:
         """Pending longer than its timeout when the dump was taken (unknown counts as yes)."""
@@ -91,6 +94,7 @@ class WaitGraph:
         connection: duckdb.DuckDBPyConnection,
         heads: dict[int, Head],
         groups: dict[int, GroupRef],
+        dumped: set[int],
     ) -> WaitGraph:
         by_slot: dict[SlotKey, set[int]] = {}
         for head in heads.values():
@@ -113,15 +117,47 @@ class WaitGraph:
                     head = heads[rank]
                     peer = heads.get(head.peer) if head.peer is not None else None
                     matching = (
-                        peer is not None and peer.p2p and peer.gid == gid and peer.peer == rank
+                        peer is not None
+                        and peer.p2p
+                        and peer.gid == gid
+                        and peer.peer == rank
+                        and {peer.op, head.op} == {"send", "recv"}
                     )
-                    if head.peer is not None and not matching:
+                    if head.peer is not None and head.peer in dumped and not matching:
                         wanted.add(head.peer)
                 needs[slot] = wanted
             else:
-                members = set(groups[gid].ranks or ())
+                # a rank without a dump is unknown: never waited on, never blamed
+                members = set(groups[gid].ranks or ()) & dumped
                 needs[slot] = members - done.get((gid, seq or 0), set()) - ranks
         return cls(heads=heads, by_slot=by_slot, needs=needs)
+
+    def sinks(self) -> list[frozenset[int]]:
+        """The ranks of each jam that waits on nothing outside itself.
+
+        Every blocked rank ends up waiting on one of these: they are where root causes
+        are. A rank that is needed but has nothing pending (stuck in host code) is a
+        sink of its own.
+        """
+        idle = {m for needed in self.needs.values() for m in needed if m not in self.heads}
+        graph: dict[Node, set[Node]] = {}
+        for slot, needed in self.needs.items():
+            graph[slot] = {self.heads[m].slot if m in self.heads else ("idle", m) for m in needed}
+        for rank in idle:
+            graph[("idle", rank)] = set()
+        sinks = []
+        for component in _strongly_connected(graph):
+            members = set(component)
+            if any(graph[node] - members for node in component):
+                continue
+            ranks: set[int] = set()
+            for node in component:
+                if node[0] == "idle":
+                    ranks.add(int(node[1]))  # type: ignore[arg-type]
+                else:
+                    ranks |= self.by_slot.get(node, set())  # type: ignore[arg-type]
+            sinks.append(frozenset(ranks))
+        return sinks
 
     def blocked_behind(self, held: frozenset[int]) -> frozenset[int]:
         """``held`` plus every rank that transitively waits on one of them."""
@@ -212,7 +248,7 @@ def stuck_in_flight(
     return findings
 
 
-def _slot_graph(graph: WaitGraph) -> dict[SlotKey, set[SlotKey]]:
+def _slot_graph(graph: WaitGraph) -> dict[Node, set[Node]]:
     """Which head slot waits on which: A -> B when a rank A needs is blocked at B.
 
     Working on slots rather than ranks keeps the graph tiny however many ranks wait.
@@ -223,15 +259,15 @@ def _slot_graph(graph: WaitGraph) -> dict[SlotKey, set[SlotKey]]:
     }
 
 
-def _strongly_connected(graph: dict[SlotKey, set[SlotKey]]) -> list[list[SlotKey]]:
+def _strongly_connected(graph: dict[Node, set[Node]]) -> list[list[Node]]:
     """Tarjan's algorithm, iterative."""
-    index: dict[SlotKey, int] = {}
-    low: dict[SlotKey, int] = {}
-    on_stack: set[SlotKey] = set()
-    stack: list[SlotKey] = []
-    components: list[list[SlotKey]] = []
+    index: dict[Node, int] = {}
+    low: dict[Node, int] = {}
+    on_stack: set[Node] = set()
+    stack: list[Node] = []
+    components: list[list[Node]] = []
 
-    def visit(node: SlotKey) -> None:
+    def visit(node: Node) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
@@ -256,7 +292,7 @@ def _strongly_connected(graph: dict[SlotKey, set[SlotKey]]) -> list[list[SlotKey
                     parent = work[-1][0]
                     low[parent] = min(low[parent], low[node])
                 if low[node] == index[node]:
-                    component: list[SlotKey] = []
+                    component: list[Node] = []
                     while True:
                         top = stack.pop()
                         on_stack.discard(top)
@@ -267,24 +303,38 @@ def _strongly_connected(graph: dict[SlotKey, set[SlotKey]]) -> list[list[SlotKey
     return components
 
 
-def _order_minority(connection: duckdb.DuckDBPyConnection, slots: list[SlotKey]) -> list[int]:
-    """Ranks that issued two of the deadlocked collectives in the minority's order."""
-    positions: dict[SlotKey, dict[int, int]] = {}
-    for slot in slots:
-        gid, seq, _ = slot
-        positions[slot] = dict(
-            connection.execute(
-                "SELECT rank, first_record FROM slots WHERE gid = ? AND seq = ?", [gid, seq]
-            ).fetchall()
-        )
+_ORDER_VOTES = """
+WITH
+    a AS (SELECT pg_desc, len(members) AS size FROM groups WHERE gid = $a_gid),
+    b AS (SELECT pg_desc, len(members) AS size FROM groups WHERE gid = $b_gid),
+    -- replicas of each group (same description and size) run the same program, so
+    -- their members vote on the usual order too, not only the deadlocked ranks
+    ga AS (SELECT g.gid FROM groups g, a
+           WHERE g.gid = $a_gid OR (g.pg_desc = a.pg_desc AND len(g.members) = a.size)),
+    gb AS (SELECT g.gid FROM groups g, b
+           WHERE g.gid = $b_gid OR (g.pg_desc = b.pg_desc AND len(g.members) = b.size)),
+    pa AS (SELECT rank, first_record FROM slots WHERE seq = $a_seq AND gid IN (SELECT gid FROM ga)),
+    pb AS (SELECT rank, first_record FROM slots WHERE seq = $b_seq AND gid IN (SELECT gid FROM gb))
+SELECT pa.rank, pa.first_record < pb.first_record AS a_first
+FROM pa JOIN pb USING (rank)
+"""
+
+
+def _order_minority(
+    connection: duckdb.DuckDBPyConnection, slots: list[SlotKey], component: list[int]
+) -> list[int]:
+    """Deadlocked ranks that issued two of the deadlocked collectives in the unusual order."""
     culprits: set[int] = set()
-    for i, a in enumerate(slots):
-        for b in slots[i + 1 :]:
-            both = positions[a].keys() & positions[b].keys()
-            a_first = {r for r in both if positions[a][r] < positions[b][r]}
-            b_first = both - a_first
+    involved = set(component)
+    for i, (a_gid, a_seq, _) in enumerate(slots):
+        for b_gid, b_seq, _ in slots[i + 1 :]:
+            rows = connection.execute(
+                _ORDER_VOTES, {"a_gid": a_gid, "a_seq": a_seq, "b_gid": b_gid, "b_seq": b_seq}
+            ).fetchall()
+            a_first = {rank for rank, first in rows if first}
+            b_first = {rank for rank, first in rows if not first}
             if len(a_first) != len(b_first):
-                culprits |= min(a_first, b_first, key=len)
+                culprits |= min(a_first, b_first, key=len) & involved
     return sorted(culprits)
 
 
@@ -293,7 +343,8 @@ def cross_pg_deadlocks(
 ) -> list[Finding]:
     heads = graph.heads
     findings: list[Finding] = []
-    for slots in _strongly_connected(_slot_graph(graph)):
+    for nodes in _strongly_connected(_slot_graph(graph)):
+        slots: list[SlotKey] = [n for n in nodes if len(n) == 3]  # type: ignore[misc]
         if len(slots) < 2 or len({gid for gid, _, _ in slots}) < 2:
             continue
         if any(p2p for _, _, p2p in slots):
@@ -312,7 +363,7 @@ def cross_pg_deadlocks(
         if not issued_alike:
             continue
         component = sorted(r for r, h in heads.items() if h.slot in slots)
-        culprits = _order_minority(connection, slots)
+        culprits = _order_minority(connection, slots, component)
         blocked = {
             f"{groups[g].label()} #{s}": sorted(r for r in component if heads[r].slot == (g, s, p))
             for g, s, p in sorted(slots, key=lambda x: (x[0], x[1] or 0))
@@ -361,8 +412,9 @@ def p2p_unmatched(
     connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
 ) -> list[Finding]:
     rows = connection.execute(
-        "SELECT rank, gid, op, peer, p2p_seq_id, time_created_ns, record_id"
-        " FROM p2p_pending WHERE peer_dumped AND NOT peer_posted ORDER BY gid, rank, record_id"
+        "SELECT p.rank, p.gid, p.op, p.peer, p.p2p_seq_id, p.time_created_ns, p.record_id"
+        " FROM p2p_pending p WHERE p.peer_dumped AND NOT p.peer_posted"
+        " ORDER BY p.gid, p.rank, p.record_id"
     ).fetchall()
     findings: dict[tuple[str, int, int], Finding] = {}
     for rank, gid, op, peer, p2p_seq, created, record_id in rows:
@@ -388,5 +440,6 @@ def p2p_unmatched(
             frames={"majority": (rank, record_id), "majority_rank": rank, "culprit": {}},
             time_ns=created,
             waiting_ranks=frozenset({peer}),
+            held_ranks=frozenset({rank}),
         )
     return list(findings.values())

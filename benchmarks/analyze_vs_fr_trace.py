@@ -1,0 +1,717 @@
+"""Diagnosis speed, memory and correctness: ``fr-otel analyze`` vs. torch's ``torchfrtrace``.
+
+For each fleet size (default 64, 256 and 1024 ranks x 2000 entries, one injected fault
+each, a different kind per size) the simulator writes pickle dumps named
+``nccl_trace_rank_<rank>``; then, in one run, three commands are timed, each as its own
+subprocess:
+
+- ``torchfrtrace DUMPS -p nccl_trace_rank_``: torch's analyzer as a user would run it
+  (``--fr-trace-mismatch-cap`` passes its ``--mismatch_cap``; by default it keeps its own
+  default of 10, and then stops early once one group has more mismatches than that);
+- ``fr-otel analyze DUMPS --format json``: fr-otel end to end, importing on the fly;
+- ``fr-otel analyze ARCHIVE --format json``: re-analysis of an archive already written by
+  ``fr-otel import`` (the import itself is not timed).
+
+Measured per command:
+
+- wall time: ``time.perf_counter`` around the subprocess, from spawn to reap;
+- "max RSS, largest process": ``ru_maxrss`` from ``os.wait4`` on the child. Linux folds
+  in every descendant the child waited for (fr-otel's import workers included), but as a
+  maximum over processes, not a sum;
+- "max RSS, process tree": the sum of the resident sets (``/proc/PID/statm``) of the child
+  and all its descendants, sampled every 50 ms; the largest sum seen. Pages shared between
+  processes (forked workers) count once per process, and a spike shorter than the interval
+  can be missed; the first column is exact but per process, so report both;
+- verdict: fr-otel's root-cause finding (else its first), and for torchfrtrace the first
+  block of its text output that names ranks (``error msg: Culprit rank R; Error type: T``
+  or ``missing ranks: {R}``), or how it crashed or timed out. A verdict matches the
+  simulator's ground truth when its culprit-rank set equals the truth's.
+
+Goals (from the issue), checked and printed at the end:
+
+- at 256 x 2000, fr-otel end to end at least 10x faster than torchfrtrace;
+- re-analysis of an imported archive under 1 s;
+- with ``--big``: 2048 x 2000, fr-otel alone (torchfrtrace is not run there), end to end
+  under 120 s with a peak RSS under 8 GB (the larger of the two RSS measurements).
+
+Dump generation and the archive import are never timed, and every dump is read once
+before the runs so that no tool pays for a cold page cache. Fleets are kept under ``--out``
+with a ``spec.json`` beside them and reused when the spec and the simulator's source are
+unchanged. Every command's stdout and stderr are kept under ``--out/logs``, and the
+results as JSON in ``--out/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import fr_otel.sim
+from fr_otel.sim import FAULT_KINDS, FleetSpec, simulate, write_fleet
+
+ENTRIES = 2000
+PREFIX = "nccl_trace_rank_"
+DEFAULT_SIZES = (64, 256, 1024)
+DEFAULT_FAULTS = {64: "skipped_collective", 256: "op_type_mismatch", 1024: "gpu_hang"}
+# sizes without a default above cycle through these, so neighbouring sizes differ
+FAULT_CYCLE = ("skipped_collective", "op_type_mismatch", "gpu_hang")
+BIG_WORLD = 2048
+SPEEDUP_WORLD = 256
+SPEEDUP_GOAL = 10.0
+REANALYSIS_GOAL_S = 1.0
+BIG_WALL_GOAL_S = 120.0
+BIG_RSS_GOAL_MB = 8 * 1024
+SAMPLE_S = 0.05
+MB = 1024 * 1024
+
+FR_TRACE = "torchfrtrace"
+OURS_E2E = "fr-otel (dumps)"
+OURS_ARCHIVE = "fr-otel (archive)"
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> pids over all of /proc (this kernel has no /proc/PID/task/TID/children)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:  # exited between listing and reading
+            continue
+        # the command name may hold spaces and parentheses: fields resume after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def _tree_rss_bytes(root: int, page: int) -> int:
+    children = _children_map()
+    total = 0
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as handle:
+                total += int(handle.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+        stack.extend(children.get(pid, ()))
+    return total
+
+
+class _TreeSampler(threading.Thread):
+    """Samples the summed RSS of a process tree until stopped; keeps the maximum."""
+
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.max_bytes = 0
+        self._stop_event = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE")
+
+    def run(self) -> None:
+        while True:
+            self.max_bytes = max(self.max_bytes, _tree_rss_bytes(self.root, self._page))
+            if self._stop_event.wait(SAMPLE_S):
+                return
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+@dataclasses.dataclass
+class Measured:
+    """One timed subprocess."""
+
+    cmd: list[str]
+    rc: int
+    timed_out: bool
+    wall_s: float
+    maxrss_mb: float
+    """``ru_maxrss`` of the child and its reaped descendants (largest single process)."""
+    tree_mb: float
+    """Largest sampled sum of RSS over the child's process tree."""
+    stdout: Path
+    stderr: Path
+
+    @property
+    def peak_mb(self) -> float:
+        return max(self.maxrss_mb, self.tree_mb)
+
+
+def run_measured(cmd: list[str], log_stem: Path, timeout_s: float) -> Measured:
+    """Run ``cmd`` with stdout/stderr to ``<log_stem>.stdout``/``.stderr``; time and size it."""
+    out_path = log_stem.with_name(log_stem.name + ".stdout")
+    err_path = log_stem.with_name(log_stem.name + ".stderr")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    timed_out = threading.Event()
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        start = time.perf_counter()
+        # own session, so a timeout can kill the tool together with its worker processes
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        sampler = _TreeSampler(proc.pid)
+        sampler.start()
+
+        def kill() -> None:
+            timed_out.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout_s, kill)
+        timer.start()
+        try:
+            # wait4 rather than Popen.wait: its rusage carries the peak RSS
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            wall = time.perf_counter() - start
+            timer.cancel()
+            sampler.stop()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # already reaped: keep Popen quiet
+    return Measured(
+        cmd=cmd,
+        rc=proc.returncode,
+        timed_out=timed_out.is_set(),
+        wall_s=wall,
+        maxrss_mb=usage.ru_maxrss * 1024 / MB,  # ru_maxrss is in KiB on Linux
+        tree_mb=sampler.max_bytes / MB,
+        stdout=out_path,
+        stderr=err_path,
+    )
+
+
+# --------------------------------------------------------------------------- fleets
+
+
+@dataclasses.dataclass
+class PreparedFleet:
+    name: str
+    world: int
+    fault: str
+    dumps: Path
+    truth: dict[str, Any]
+    reused: bool
+    seconds: float
+
+    @property
+    def culprits(self) -> frozenset[int]:
+        return frozenset(self.truth["culprit_ranks"])
+
+    def describe_truth(self) -> str:
+        t = self.truth
+        where = f" in {t['pg_desc']} #{t['collective_seq_id']} {t['op']}" if t["pg_desc"] else ""
+        return f"culprit {_ranks(self.culprits)}{where}: {t['description']}"
+
+
+def _sim_digest() -> str:
+    """Hash of the simulator's source: cached dumps go stale when it changes."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(fr_otel.sim.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def prepare_fleet(root: Path, world: int, fault: str, seed: int) -> PreparedFleet:
+    """Dumps for one fleet, reused from ``root`` when ``spec.json`` says they match."""
+    name = f"{world}x{ENTRIES}-{fault}-seed{seed}"
+    fleet_dir = root / "fleets" / name
+    dumps = fleet_dir / "dumps"
+    spec = FleetSpec(world=world, entries=ENTRIES, fault=fault, seed=seed)
+    wanted = {
+        "spec": dataclasses.asdict(spec),
+        "prefix": PREFIX,
+        "format": "pickle",
+        "sim_digest": _sim_digest(),
+    }
+    spec_path = fleet_dir / "spec.json"
+    start = time.perf_counter()
+    if spec_path.exists():
+        recorded = json.loads(spec_path.read_text())
+        complete = all((dumps / f"{PREFIX}{r}").is_file() for r in range(world))
+        if complete and {k: recorded.get(k) for k in wanted} == wanted:
+            return PreparedFleet(
+                name, world, fault, dumps, recorded["truth"], True, time.perf_counter() - start
+            )
+    shutil.rmtree(fleet_dir, ignore_errors=True)
+    fleet = simulate(spec)
+    write_fleet(fleet, dumps, fmt="pickle", prefix=PREFIX)
+    truth = dataclasses.asdict(fleet.truth)
+    # written last: an interrupted write leaves no spec.json and is regenerated next time
+    spec_path.write_text(json.dumps({**wanted, "truth": truth}, indent=2) + "\n")
+    return PreparedFleet(name, world, fault, dumps, truth, False, time.perf_counter() - start)
+
+
+def warm_page_cache(dumps: Path) -> None:
+    """Read every dump once, untimed, so neither tool pays for a cold page cache."""
+    for path in dumps.iterdir():
+        with path.open("rb") as handle:
+            while handle.read(1 << 24):
+                pass
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+@dataclasses.dataclass
+class Verdict:
+    text: str
+    culprits: frozenset[int] | None
+    """Culprit ranks the verdict names; None when the tool gave no diagnosis (crash)."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def matches(self, truth: frozenset[int]) -> bool:
+        return self.culprits is not None and self.culprits == truth
+
+
+def _ranks(ranks: frozenset[int] | Sequence[int]) -> str:
+    items = sorted(ranks)
+    return "{" + ", ".join(map(str, items)) + "}"
+
+
+def _tail_line(path: Path) -> str:
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else ""
+
+
+_FR_HEADER = re.compile(
+    r"^(?:Collective sequence number: (?P<a>\d+) has errors"
+    r"|Not all ranks joining collective, sequence number: (?P<b>\d+)"
+    r"|Input/output mismatch in the collective sequence number: (?P<c>\d+))"
+)
+_FR_CULPRIT = re.compile(r"Culprit rank (\d+); Error type: (\w+)")
+_FR_MISSING = re.compile(r"^missing ranks: \{([\d, ]*)\}")
+_FR_GROUP = re.compile(r"^group info: (\S*)")
+_FR_CAP = re.compile(r"^Too many mismatches for process_group \S+: (.*) aborting")
+
+
+@dataclasses.dataclass
+class _FrBlock:
+    seq: str
+    group: str = "?"
+    culprits: frozenset[int] = frozenset()
+    error_types: tuple[str, ...] = ()
+    missing: bool = False
+
+    def describe(self) -> str:
+        where = f"[{self.group} #{self.seq}]"
+        if self.missing:
+            return f"missing ranks {_ranks(self.culprits)} {where}"
+        types = "/".join(dict.fromkeys(self.error_types))
+        noun = "culprit" if len(self.culprits) == 1 else "culprits"
+        return f"{types} {noun} {_ranks(self.culprits)} {where}"
+
+
+def _fr_blocks(lines: list[str]) -> list[_FrBlock]:
+    """The report blocks of fr_trace's text output that name ranks, in output order."""
+    blocks: list[_FrBlock] = []
+    current: _FrBlock | None = None
+    for line in lines:
+        header = _FR_HEADER.match(line)
+        if header:
+            current = _FrBlock(seq=next(g for g in header.groups() if g is not None))
+            blocks.append(current)
+            continue
+        if current is None:
+            continue
+        if m := _FR_GROUP.match(line):
+            current.group = m.group(1)
+        elif m := _FR_MISSING.match(line):
+            current.missing = True
+            current.culprits = frozenset(int(r) for r in m.group(1).split(",") if r.strip())
+        elif line.startswith("error msg:"):
+            found = _FR_CULPRIT.findall(line)
+            current.culprits = frozenset(int(rank) for rank, _ in found)
+            current.error_types = tuple(kind for _, kind in found)
+    return [b for b in blocks if b.culprits]
+
+
+def fr_trace_verdict(run: Measured, truth: frozenset[int]) -> Verdict:
+    """Condense torchfrtrace's text report (it exits 0 whether or not it finds problems)."""
+    if run.timed_out:
+        return Verdict(f"timeout after {run.wall_s:.1f} s", None)
+    text = run.stdout.read_text(errors="replace") + "\n" + run.stderr.read_text(errors="replace")
+    lines = text.splitlines()
+    if run.rc != 0 or "Traceback (most recent call last):" in text:
+        return Verdict(f"crash (rc {run.rc}): {_tail_line(run.stderr)}", None)
+    blocks = _fr_blocks(lines)
+    notes = [f"{len(blocks)} report blocks naming ranks"]
+    coalesced = sum(1 for ln in lines if ln.startswith("MISMATCH"))
+    if coalesced:
+        notes.append(f"{coalesced} coalesced/P2P 'MISMATCH' reports")
+    capped = [m.group(1) for ln in lines if (m := _FR_CAP.match(ln))]
+    if capped:
+        notes.append(f"stopped early at its mismatch cap in {capped[0]}")
+    hit = next((i for i, b in enumerate(blocks) if b.culprits == truth), None)
+    if hit is None:
+        notes.append("no block names exactly the true culprits")
+    else:
+        notes.append(
+            f"first block naming exactly the true culprits: #{hit + 1}, {blocks[hit].describe()}"
+        )
+    if not blocks:
+        return Verdict("no errors reported", frozenset(), notes)
+    return Verdict(blocks[0].describe(), blocks[0].culprits, notes)
+
+
+def fr_otel_verdict(run: Measured) -> Verdict:
+    """Condense ``fr-otel analyze --format json`` (exit 0: no findings, 1: findings)."""
+    if run.timed_out:
+        return Verdict(f"timeout after {run.wall_s:.1f} s", None)
+    if run.rc not in (0, 1):
+        return Verdict(f"error (rc {run.rc}): {_tail_line(run.stderr)}", None)
+    try:
+        report = json.loads(run.stdout.read_text())
+        findings: list[dict[str, Any]] = report["findings"]
+        root = report.get("root_cause")
+    except (ValueError, KeyError, TypeError) as exc:
+        # an uncaught exception also exits 1, the code for "findings": tell them apart here
+        if "Traceback (most recent call last):" in run.stderr.read_text(errors="replace"):
+            return Verdict(f"crash (rc {run.rc}): {_tail_line(run.stderr)}", None)
+        return Verdict(f"unreadable output (rc {run.rc}): {exc!r}"[:160], None)
+    notes = [f"{len(findings)} findings"]
+    if report.get("missing_dumps"):
+        notes.append(f"missing dumps {_ranks(report['missing_dumps'])}")
+    if not findings:
+        return Verdict("no findings", frozenset(), notes)
+    if root is None:
+        notes.append("no root cause chosen; verdict is the first finding")
+    finding = findings[root if root is not None else 0]
+    culprits = frozenset(int(r) for r in finding.get("culprit_ranks") or ())
+    pg = finding.get("process_group") or {}
+    where = f" [{pg.get('desc') or pg.get('name') or '?'} #{finding.get('collective_seq_id')}]"
+    noun = "culprit" if len(culprits) == 1 else "culprits"
+    return Verdict(f"{finding.get('kind')} {noun} {_ranks(culprits)}{where}", culprits, notes)
+
+
+# --------------------------------------------------------------------------- driving
+
+
+@dataclasses.dataclass
+class Row:
+    fleet: PreparedFleet
+    tool: str
+    run: Measured | None
+    verdict: Verdict
+
+    @property
+    def match(self) -> bool:
+        return self.verdict.matches(self.fleet.culprits)
+
+
+def _script(name: str, module: str) -> list[str]:
+    """The console script next to this interpreter (what a user runs), else ``-m module``."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return [str(candidate)]
+    return [sys.executable, "-m", module]
+
+
+def bench_fleet(
+    fleet: PreparedFleet, args: argparse.Namespace, *, skip_fr_trace: str | None
+) -> list[Row]:
+    """Time the tools on one fleet; ``skip_fr_trace`` says why torchfrtrace is not run."""
+    logs = args.out / "logs" / fleet.name
+    shutil.rmtree(logs, ignore_errors=True)
+    fr_otel = _script("fr-otel", "fr_otel")
+    rows: list[Row] = []
+    warm_page_cache(fleet.dumps)
+
+    if skip_fr_trace:
+        rows.append(Row(fleet, FR_TRACE, None, Verdict(skip_fr_trace, None)))
+    else:
+        cmd = [*_script("torchfrtrace", "torch.distributed.flight_recorder.fr_trace")]
+        cmd += [str(fleet.dumps), "-p", PREFIX]
+        if args.fr_trace_mismatch_cap is not None:
+            cmd += ["--mismatch_cap", str(args.fr_trace_mismatch_cap)]
+        run = run_measured(cmd, logs / "torchfrtrace", args.timeout)
+        rows.append(Row(fleet, FR_TRACE, run, fr_trace_verdict(run, fleet.culprits)))
+
+    cmd = [*fr_otel, "analyze", str(fleet.dumps), "--format", "json"]
+    run = run_measured(cmd, logs / "fr-otel-dumps", args.timeout)
+    rows.append(Row(fleet, OURS_E2E, run, fr_otel_verdict(run)))
+
+    # the import is setup for the re-analysis row, not part of what is timed
+    archive = args.out / "archives" / fleet.name
+    shutil.rmtree(archive, ignore_errors=True)
+    imp = subprocess.run(
+        [*fr_otel, "import", str(fleet.dumps), "--archive", str(archive), "--incident", "bench"],
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+    )
+    (logs / "fr-otel-import.log").write_text(imp.stdout + imp.stderr)
+    if imp.returncode != 0:
+        detail = (imp.stderr.strip().splitlines() or ["?"])[-1][:120]
+        rows.append(Row(fleet, OURS_ARCHIVE, None, Verdict(f"import failed: {detail}", None)))
+        return rows
+    cmd = [*fr_otel, "analyze", str(archive), "--format", "json"]
+    run = run_measured(cmd, logs / "fr-otel-archive", args.timeout)
+    rows.append(Row(fleet, OURS_ARCHIVE, run, fr_otel_verdict(run)))
+    return rows
+
+
+def _fmt_table(rows: list[Row]) -> str:
+    w = max(len("fleet"), *(len(row.fleet.name) for row in rows)) + 2
+    header = (
+        f"{'fleet':<{w}}{'tool':<19}{'wall s':>9}{'max RSS MB':>12}{'max RSS MB':>12}"
+        f"{'exit':>6}  {'truth?':<7}verdict"
+    )
+    sub = f"{'':<{w}}{'':<19}{'':>9}{'largest proc':>12}{'proc tree':>12}"
+    lines = [header, sub, "-" * (w + 86)]
+    for row in rows:
+        r = row.run
+        nums = (
+            f"{r.wall_s:9.2f}{r.maxrss_mb:12.0f}{r.tree_mb:12.0f}{r.rc:6d}"
+            if r is not None
+            else f"{'-':>9}{'-':>12}{'-':>12}{'-':>6}"
+        )
+        ok = "yes" if row.match else "-" if row.verdict.culprits is None else "NO"
+        lines.append(f"{row.fleet.name:<{w}}{row.tool:<19}{nums}  {ok:<7}{row.verdict.text}")
+    return "\n".join(lines)
+
+
+def _find(rows: list[Row], world: int, tool: str) -> Row | None:
+    return next((r for r in rows if r.fleet.world == world and r.tool == tool), None)
+
+
+def _ok_run(row: Row | None) -> Measured | None:
+    """The run behind a row, if it finished and gave a diagnosis (not a crash or timeout)."""
+    if row is None or row.run is None or row.run.timed_out or row.verdict.culprits is None:
+        return None
+    return row.run
+
+
+def report(rows: list[Row], sizes: list[int], big: bool, skip_fr_trace: bool) -> list[str]:
+    """Speedups and goal checks, as printed lines."""
+    out: list[str] = ["", "speedup (torchfrtrace wall / fr-otel end-to-end wall):"]
+    if not sizes:
+        out.append("  none: no --sizes given")
+    speedups: dict[int, float] = {}
+    for world in sizes:
+        theirs, ours = _ok_run(_find(rows, world, FR_TRACE)), _ok_run(_find(rows, world, OURS_E2E))
+        if skip_fr_trace:
+            out.append(f"  {world:>5} ranks: torchfrtrace skipped (--skip-fr-trace)")
+        elif theirs is None or ours is None:
+            out.append(f"  {world:>5} ranks: n/a (a run crashed, timed out or did not happen)")
+        else:
+            speedups[world] = theirs.wall_s / ours.wall_s
+            out.append(f"  {world:>5} ranks: {speedups[world]:.1f}x")
+
+    out += ["", "goals:"]
+    if SPEEDUP_WORLD in speedups:
+        s = speedups[SPEEDUP_WORLD]
+        verdict = "met" if s >= SPEEDUP_GOAL else "NOT met"
+        out.append(
+            f"  {SPEEDUP_WORLD}x{ENTRIES}: fr-otel end to end >= {SPEEDUP_GOAL:.0f}x faster than"
+            f" torchfrtrace: {s:.1f}x -> {verdict}"
+        )
+    else:
+        out.append(
+            f"  {SPEEDUP_WORLD}x{ENTRIES} speedup >= {SPEEDUP_GOAL:.0f}x: not checked"
+            f" (needs size {SPEEDUP_WORLD} with both torchfrtrace and fr-otel giving a verdict)"
+        )
+    for world in [*sizes, *([BIG_WORLD] if big else [])]:
+        run = _ok_run(_find(rows, world, OURS_ARCHIVE))
+        if run is None:
+            out.append(
+                f"  {world}x{ENTRIES}: archive re-analysis < {REANALYSIS_GOAL_S:.0f} s:"
+                " NOT met (no successful run)"
+            )
+            continue
+        verdict = "met" if run.wall_s < REANALYSIS_GOAL_S else "NOT met"
+        out.append(
+            f"  {world}x{ENTRIES}: archive re-analysis < {REANALYSIS_GOAL_S:.0f} s:"
+            f" {run.wall_s:.2f} s -> {verdict}"
+        )
+    if big:
+        run = _ok_run(_find(rows, BIG_WORLD, OURS_E2E))
+        if run is None:
+            out.append(
+                f"  {BIG_WORLD}x{ENTRIES}: end to end < {BIG_WALL_GOAL_S:.0f} s and"
+                f" < {BIG_RSS_GOAL_MB / 1024:.0f} GB: NOT met (no successful run)"
+            )
+        else:
+            met = run.wall_s < BIG_WALL_GOAL_S and run.peak_mb < BIG_RSS_GOAL_MB
+            out.append(
+                f"  {BIG_WORLD}x{ENTRIES}: end to end < {BIG_WALL_GOAL_S:.0f} s and"
+                f" < {BIG_RSS_GOAL_MB / 1024:.0f} GB peak RSS: {run.wall_s:.1f} s,"
+                f" {run.peak_mb / 1024:.2f} GB (larger of the two RSS columns)"
+                f" -> {'met' if met else 'NOT met'}"
+            )
+        out.append(f"  ({BIG_WORLD}x{ENTRIES}: torchfrtrace is not run at this size)")
+    ours_rows = [r for r in rows if r.tool != FR_TRACE]
+    out.append(
+        "  fr-otel verdicts matching the ground truth:"
+        f" {sum(r.match for r in ours_rows)}/{len(ours_rows)}"
+    )
+    theirs_rows = [r for r in rows if r.tool == FR_TRACE and r.run is not None]
+    if theirs_rows:
+        out.append(
+            "  torchfrtrace verdicts matching the ground truth:"
+            f" {sum(r.match for r in theirs_rows)}/{len(theirs_rows)}"
+        )
+    return out
+
+
+def _parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+    if any(s < 2 for s in sizes):
+        raise argparse.ArgumentTypeError(f"sizes must be at least 2 ranks, got {text!r}")
+    return sizes
+
+
+def _parse_faults(text: str) -> dict[int, str]:
+    faults: dict[int, str] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        world, sep, kind = item.partition("=")
+        if not sep or not world.strip().isdigit() or kind not in FAULT_KINDS:
+            raise argparse.ArgumentTypeError(
+                f"expected SIZE=FAULT items with FAULT in {FAULT_KINDS}, got {item!r}"
+            )
+        faults[int(world)] = kind
+    return faults
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join((__doc__ or "").splitlines()[2:]),
+    )
+    parser.add_argument(
+        "--sizes",
+        type=_parse_sizes,
+        default=list(DEFAULT_SIZES),
+        help="comma-separated rank counts, each with 2000 entries (default: 64,256,1024;"
+        " '' runs none, for --big alone)",
+    )
+    parser.add_argument(
+        "--faults",
+        type=_parse_faults,
+        default={},
+        help="fault per size as SIZE=FAULT,... (defaults: "
+        + ", ".join(f"{w}={f}" for w, f in DEFAULT_FAULTS.items())
+        + f"; other sizes cycle through {', '.join(FAULT_CYCLE)})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench-out/analyze"),
+        help="fleets, archives, logs and results.json go here (default: bench-out/analyze)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=900.0, help="per-command timeout in seconds (900)"
+    )
+    parser.add_argument("--skip-fr-trace", action="store_true", help="do not run torchfrtrace")
+    parser.add_argument(
+        "--fr-trace-mismatch-cap",
+        type=int,
+        default=None,
+        help="pass --mismatch_cap N to torchfrtrace (default: not passed, its default is 10)",
+    )
+    parser.add_argument(
+        "--big",
+        action="store_true",
+        help=f"also run fr-otel alone on {BIG_WORLD} x {ENTRIES} (goal: < 120 s, < 8 GB)",
+    )
+    parser.add_argument(
+        "--big-fault",
+        choices=FAULT_KINDS[1:],
+        default="skipped_collective",
+        metavar="FAULT",
+        help="fault for the --big fleet (default: skipped_collective)",
+    )
+    args = parser.parse_args(argv)
+    args.out = args.out.resolve()
+
+    plan: list[tuple[int, str, str | None]] = []
+    for i, world in enumerate(args.sizes):
+        fault = args.faults.get(world) or DEFAULT_FAULTS.get(world) or FAULT_CYCLE[i % 3]
+        plan.append((world, fault, "not run (--skip-fr-trace)" if args.skip_fr_trace else None))
+    if args.big:
+        plan.append((BIG_WORLD, args.big_fault, "not run at this size: --big runs fr-otel alone"))
+    if not plan:
+        parser.error("nothing to run: give --sizes, or --sizes '' with --big")
+
+    print(f"{os.cpu_count()} cores; output under {args.out}")
+    rows: list[Row] = []
+    for world, fault, skip_fr_trace in plan:
+        fleet = prepare_fleet(args.out, world, fault, args.seed)
+        how = "reused" if fleet.reused else f"generated in {fleet.seconds:.1f} s (untimed)"
+        print(f"fleet {fleet.name}: {how}; truth: {fleet.describe_truth()}", flush=True)
+        fleet_rows = bench_fleet(fleet, args, skip_fr_trace=skip_fr_trace)
+        for row in fleet_rows:
+            wall = f"{row.run.wall_s:.2f} s" if row.run else "-"
+            print(f"  {row.tool:<19}{wall:>10}  {row.verdict.text}", flush=True)
+        rows += fleet_rows
+
+    print()
+    print(_fmt_table(rows))
+    print(
+        "max RSS largest proc: ru_maxrss via wait4 (max over the tool and its reaped"
+        " descendants); proc tree: largest sampled sum of the tree's RSS"
+        f" (every {SAMPLE_S * 1000:.0f} ms). truth?: verdict's culprit set == simulator's"
+        " (-: no verdict)."
+    )
+    print()
+    print("notes:")
+    for row in rows:
+        if row.verdict.notes:
+            print(f"  {row.fleet.name} {row.tool}: " + "; ".join(row.verdict.notes))
+    for line in report(rows, args.sizes, args.big, args.skip_fr_trace):
+        print(line)
+    print(f"\nlogs: {args.out / 'logs'}")
+
+    results = [
+        {
+            "fleet": row.fleet.name,
+            "world": row.fleet.world,
+            "fault": row.fleet.fault,
+            "truth_culprits": sorted(row.fleet.culprits),
+            "tool": row.tool,
+            "cmd": row.run.cmd if row.run else None,
+            "rc": row.run.rc if row.run else None,
+            "timed_out": row.run.timed_out if row.run else None,
+            "wall_s": row.run.wall_s if row.run else None,
+            "maxrss_largest_process_mb": row.run.maxrss_mb if row.run else None,
+            "maxrss_process_tree_sampled_mb": row.run.tree_mb if row.run else None,
+            "verdict": row.verdict.text,
+            "verdict_culprits": (
+                sorted(row.verdict.culprits) if row.verdict.culprits is not None else None
+            ),
+            "matches_truth": row.match,
+            "notes": row.verdict.notes,
+        }
+        for row in rows
+    ]
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
