@@ -103,7 +103,7 @@ def test_without_timing_a_stuck_gpu_is_not_blamed_on_anyone(tmp_path: Path) -> N
 
 
 def test_cross_group_deadlock_is_one_finding(tmp_path: Path) -> None:
-    out, truth = _fleet_dir(tmp_path, FleetSpec(world=16, entries=300, fault="cross_pg_deadlock"))
+    out, _truth = _fleet_dir(tmp_path, FleetSpec(world=16, entries=300, fault="cross_pg_deadlock"))
     analysis = analyze(out)
     deadlocks = [f for f in analysis.findings if f.kind == "cross_pg_deadlock"]
     assert len(deadlocks) == 1 and analysis.findings[0] is deadlocks[0]
@@ -126,8 +126,14 @@ def test_json_contract_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert report["world_size"] == 16 and report["ranks"] == list(range(16))
     finding = report["findings"][report["root_cause"]]
     assert {
-        "kind", "process_group", "collective_seq_id", "op", "culprit_ranks", "summary",
-        "evidence", "frames",
+        "kind",
+        "process_group",
+        "collective_seq_id",
+        "op",
+        "culprit_ranks",
+        "summary",
+        "evidence",
+        "frames",
     } <= set(finding)
     assert set(finding["process_group"]) == {"name", "desc", "ranks"}
     assert finding["op"] == truth.op and ":" not in finding["op"]  # type: ignore[attr-defined]

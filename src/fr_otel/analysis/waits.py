@@ -19,7 +19,6 @@ import duckdb
 
 from fr_otel.analysis.findings import Finding, FrameRef, GroupRef
 
-
 SlotKey = tuple[int, "int | None", bool]
 """(group id, collective seq (the rank itself for p2p), is p2p): where a rank is blocked."""
 Node = tuple[object, ...]
@@ -152,8 +151,9 @@ class WaitGraph:
                 continue
             ranks: set[int] = set()
             for node in component:
-                if node[0] == "idle":
-                    ranks.add(int(node[1]))  # type: ignore[arg-type]
+                rank = node[1]
+                if node[0] == "idle" and isinstance(rank, int):
+                    ranks.add(rank)
                 else:
                     ranks |= self.by_slot.get(node, set())  # type: ignore[arg-type]
             sinks.append(frozenset(ranks))
