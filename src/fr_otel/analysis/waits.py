@@ -151,9 +151,9 @@ class WaitGraph:
                 continue
             ranks: set[int] = set()
             for node in component:
-                rank = node[1]
-                if node[0] == "idle" and isinstance(rank, int):
-                    ranks.add(rank)
+                item = node[1]
+                if node[0] == "idle" and isinstance(item, int):
+                    ranks.add(item)
                 else:
                     ranks |= self.by_slot.get(node, set())  # type: ignore[arg-type]
             sinks.append(frozenset(ranks))
