@@ -16,6 +16,8 @@ EXPECTED = [
     "skipped_collective",
     "missing ranks: 5",
     "nccl_trace_rank_5: foreign:",
+    "ROOT CAUSE: rank 21 skipped",
+    "skipped_collective",
     "default_pg",
 ]
 

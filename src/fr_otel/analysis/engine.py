@@ -11,6 +11,7 @@ from fr_otel.analysis import divergence, rootcause, rules, waits
 from fr_otel.analysis.findings import Analysis, Finding, FrameRef, GroupRef
 from fr_otel.analysis.source import Incident, open_source
 from fr_otel.analysis.sqlfiles import run_file, sql_files
+from fr_otel.archive.manifest import Manifest
 from fr_otel.stacks import trimmed
 
 SqlTracer = Callable[[str], None]
@@ -128,11 +129,63 @@ def _add_where_blocked(
             culprits[str(rank)] = entry
 
 
-def analyze_connection(connection: duckdb.DuckDBPyConnection, incident: Incident) -> Analysis:
-    """Analyse ``incident`` in a connection whose ``src`` view holds canonical rows."""
-    params = {"job": incident.job, "incident": incident.incident}
+_GROUPS_FROM_ROWS = """
+CREATE OR REPLACE TEMP TABLE groups AS
+SELECT CASE WHEN $gid_by_name THEN hash(pg_name) ELSE hash(pg_name, pg_ranks) END AS gid,
+       any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc,
+       list_sort(any_value(pg_ranks)) AS members
+FROM src
+WHERE job = $job AND incident = $incident
+GROUP BY pg_name, pg_ranks
+"""
+
+
+def _create_groups(
+    connection: duckdb.DuckDBPyConnection, incident: Incident, manifest: Manifest | None
+) -> bool:
+    """The ``groups`` table; returns whether group names alone identify groups."""
+    if manifest is None:
+        params = {"job": incident.job, "incident": incident.incident, "gid_by_name": False}
+        connection.execute(_GROUPS_FROM_ROWS, params)
+        return False
+    names = [g.name for g in manifest.groups]
+    by_name = len(names) == len(set(names))
+    connection.execute(
+        "CREATE OR REPLACE TEMP TABLE groups AS"
+        " SELECT CASE WHEN $by_name THEN hash(name) ELSE hash(name, ranks) END AS gid,"
+        "        name AS pg_name, descr AS pg_desc, list_sort(ranks) AS members"
+        " FROM (SELECT unnest($names::VARCHAR[]) AS name, unnest($descs::VARCHAR[]) AS descr,"
+        "              unnest($ranks::BIGINT[][]) AS ranks)",
+        {
+            "by_name": by_name,
+            "names": names,
+            "descs": [g.desc for g in manifest.groups],
+            "ranks": [list(g.ranks) for g in manifest.groups],
+        },
+    )
+    return by_name
+
+
+def analyze_connection(
+    connection: duckdb.DuckDBPyConnection, incident: Incident, manifest: Manifest | None = None
+) -> Analysis:
+    """Analyse ``incident`` in a connection whose ``src`` view holds canonical rows.
+
+    ``manifest`` (the incident's ``_incident.json``) saves re-deriving group membership
+    from every row and names ranks whose dump held no entry.
+    """
+    by_name = _create_groups(connection, incident, manifest)
+    # the manifest lists every rank with a dump, those without entries included
+    empty = list(manifest.ranks) if manifest else []
+    params = {
+        "job": incident.job,
+        "incident": incident.incident,
+        "gid_by_name": by_name,
+        "empty_ranks": empty,
+    }
     for name in sql_files():
         run_file(connection, name, params)
+
     groups = _groups(connection)
     dumped = {r for (r,) in connection.execute("SELECT rank FROM dumped").fetchall()}
     started = connection.execute("SELECT bool_or(any_started) FROM dumped").fetchone()
@@ -180,7 +233,7 @@ def analyze_connection(connection: duckdb.DuckDBPyConnection, incident: Incident
 def analyze(path: str | Path, *, job: str | None = None, incident: str | None = None) -> Analysis:
     """Analyse an archive, or dumps imported on the fly (see ``open_source``)."""
     with open_source(path, job=job, incident=incident) as source:
-        analysis = analyze_connection(source.connection, source.incident)
+        analysis = analyze_connection(source.connection, source.incident, source.manifest)
         analysis.input_problems = [
             {"path": p.path, "problem": p.problem, "detail": p.detail}
             for p in source.import_problems

@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from fr_otel.archive.layout import PARQUET_GLOB, partition_dir
+from fr_otel.archive.manifest import Manifest, read_manifest
 from fr_otel.errors import ArchiveError, DumpError
 from fr_otel.schema import RECORD_SCHEMA
 
@@ -41,10 +42,13 @@ def register_archive(
         else archive / PARQUET_GLOB
     )
     pattern = files.as_posix().replace("'", "''")
+    # one incident's files come from one import, so they share a schema; a whole archive
+    # may mix fr_otel versions (reading every file's schema costs a little)
+    union = "false" if only is not None else "true"
     connection.execute(
         "CREATE OR REPLACE VIEW src_files AS SELECT * FROM read_parquet("
         f"'{pattern}', hive_partitioning = true, hive_types_autocast = false,"
-        " union_by_name = true)"
+        f" union_by_name = {union})"
     )
     present = {row[0] for row in connection.execute("DESCRIBE src_files").fetchall()}
     columns = [
@@ -104,6 +108,8 @@ class Source:
     incident: Incident
     import_problems: list[DumpError]
     """Dump files that could not be imported when analysing dumps directly."""
+    manifest: Manifest | None = None
+    """The incident's manifest, when the archive has one."""
 
 
 @contextlib.contextmanager
@@ -136,4 +142,7 @@ def open_source(
         chosen = pick_incident(archive, job, incident)
         connection = stack.enter_context(duckdb.connect())
         register_archive(connection, archive, only=chosen)
-        yield Source(connection=connection, incident=chosen, import_problems=problems)
+        manifest = read_manifest(archive, chosen.job, chosen.incident)
+        yield Source(
+            connection=connection, incident=chosen, import_problems=problems, manifest=manifest
+        )

@@ -14,6 +14,7 @@ import duckdb
 
 from fr_otel.analysis.engine import analyze_connection
 from fr_otel.analysis.source import Incident, register_archive
+from fr_otel.archive.manifest import read_manifest
 
 VIEW_DOCS = {
     "entries": "every Flight Recorder entry, one row each (columns: docs/schema.md)",
@@ -49,17 +50,21 @@ def register_views(connection: duckdb.DuckDBPyConnection, archive: Path, *, find
     connection.execute("CREATE OR REPLACE VIEW entries AS SELECT * FROM src")
     connection.execute(COLLECTIVES_SQL)
     if findings:
-        _materialise_findings(connection)
+        _materialise_findings(connection, archive)
 
 
-def _materialise_findings(connection: duckdb.DuckDBPyConnection) -> None:
+def _materialise_findings(connection: duckdb.DuckDBPyConnection, archive: Path) -> None:
     rows = []
     incidents = connection.execute(
         "SELECT DISTINCT job, incident FROM entries ORDER BY ALL"
     ).fetchall()
     for job, incident in incidents:
         # its own connection to the same database, so its temporary tables stay private
-        analysis = analyze_connection(connection.cursor(), Incident(job=job, incident=incident))
+        analysis = analyze_connection(
+            connection.cursor(),
+            Incident(job=job, incident=incident),
+            read_manifest(archive, job, incident),
+        )
         for index, finding in enumerate(analysis.findings):
             rows.append(
                 (

@@ -6,10 +6,11 @@
 CREATE OR REPLACE TEMP TABLE e AS
 WITH raw AS (
     SELECT
-        rank, record_id, pg_name, pg_desc, pg_ranks, collective_seq_id AS seq, p2p_seq_id, op,
-        peer, time_created_ns,
+        rank, record_id, collective_seq_id AS seq, p2p_seq_id, op, peer, time_created_ns,
         timeout_ms, dump_time_ns, backend = 'gloo' AS gloo, state = 'started' AS state_started,
-        hash(pg_name, pg_ranks) AS gid,
+        -- group names are unique within an incident unless replicas reuse them (torchft):
+        -- then the rank set must be hashed too, which costs more with every rank
+        CASE WHEN $gid_by_name THEN hash(pg_name) ELSE hash(pg_name, pg_ranks) END AS gid,
         -- the user's call site, as a hash: findings fetch the text of the few they show
         CASE WHEN call_site IS NOT NULL THEN hash(call_site) END AS site,
         -- the fingerprint that must agree across a group; ops whose sizes legitimately
@@ -53,16 +54,14 @@ LEFT JOIN batches fb
     ON fb.rank = raw.rank AND fb.gid = raw.gid AND fb.p2p = raw.p2p
    AND fb.batch = CASE WHEN raw.p2p THEN raw.p2p_seq_id ELSE raw.seq END;
 
--- Every group once: name, description and members.
-CREATE OR REPLACE TEMP TABLE groups AS
-SELECT gid, any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc,
-       list_sort(any_value(pg_ranks)) AS members
-FROM e
-GROUP BY gid;
-
 -- Each rank's dump: what it holds and whether it holds its whole history.
 CREATE OR REPLACE TEMP TABLE dumped AS
 SELECT rank, count(*) AS entries, min(record_id) AS first_record, max(record_id) AS last_record,
        bool_or(state_started) AS any_started
 FROM e
-GROUP BY rank;
+GROUP BY rank
+UNION ALL
+-- ranks whose dump held no entry at all (known from the incident's manifest)
+SELECT rank, 0, 0, -1, false
+FROM (SELECT unnest($empty_ranks::BIGINT[]) AS rank)
+WHERE rank NOT IN (SELECT rank FROM e);

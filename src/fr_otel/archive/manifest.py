@@ -1,0 +1,94 @@
+"""Each incident's manifest: which ranks it holds and the members of every group.
+
+``ARCHIVE/job=<job>/incident=<incident>/_incident.json`` sits beside the rank files (the
+``*.parquet`` globs do not match it). It records what only the whole dump set shows:
+group membership (for gloo, inferred across ranks), the ranks that have a dump (even
+one with no entries) and the ranks that have none. Readers use it to skip re-deriving
+membership from every row; an archive without it is still fully readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fr_otel.archive.layout import partition_dir, staging_path
+from fr_otel.errors import ArchiveError
+
+MANIFEST_NAME = "_incident.json"
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupMembers:
+    name: str
+    desc: str | None
+    ranks: tuple[int, ...]
+    inferred: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Manifest:
+    job: str
+    incident: str
+    ranks: tuple[int, ...]
+    """Ranks with a dump in this incident."""
+    missing_ranks: tuple[int, ...]
+    groups: tuple[GroupMembers, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "manifest_version": MANIFEST_VERSION,
+            "job": self.job,
+            "incident": self.incident,
+            "ranks": list(self.ranks),
+            "missing_ranks": list(self.missing_ranks),
+            "groups": [
+                {"name": g.name, "desc": g.desc, "ranks": list(g.ranks), "inferred": g.inferred}
+                for g in self.groups
+            ],
+        }
+
+
+def manifest_path(archive: Path, job: str, incident: str) -> Path:
+    return partition_dir(archive, job, incident) / MANIFEST_NAME
+
+
+def write_manifest(archive: Path, manifest: Manifest) -> Path:
+    """Write (atomically replace) an incident's manifest."""
+    final = manifest_path(archive, manifest.job, manifest.incident)
+    staged = staging_path(final)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_text(json.dumps(manifest.to_json(), indent=1))
+        os.replace(staged, final)
+    except OSError as exc:
+        raise ArchiveError(f"cannot write {final}: {exc.strerror or exc}") from exc
+    return final
+
+
+def read_manifest(archive: Path, job: str, incident: str) -> Manifest | None:
+    """The incident's manifest, or None when there is none (or it is unreadable)."""
+    path = manifest_path(archive, job, incident)
+    try:
+        data = json.loads(path.read_text())
+        return Manifest(
+            job=str(data["job"]),
+            incident=str(data["incident"]),
+            ranks=tuple(int(r) for r in data["ranks"]),
+            missing_ranks=tuple(int(r) for r in data["missing_ranks"]),
+            groups=tuple(
+                GroupMembers(
+                    name=str(g["name"]),
+                    desc=g.get("desc"),
+                    ranks=tuple(int(r) for r in g["ranks"]),
+                    inferred=bool(g.get("inferred")),
+                )
+                for g in data["groups"]
+            ),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
