@@ -219,6 +219,10 @@ def analyze_connection(
     _add_where_blocked(findings, heads, groups)
     ordered, root = rootcause.rank_findings(connection, findings, graph)
     _resolve_frames(connection, incident, ordered)
+    for finding in ordered:
+        # their sentences quote sizes and dtypes, known only now
+        if "majority" in finding.evidence and "culprits" in finding.evidence:
+            finding.summary = divergence.summarize(finding)
     return Analysis(
         job=incident.job,
         incident=incident.incident,

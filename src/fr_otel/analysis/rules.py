@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import duckdb
 
@@ -57,9 +58,22 @@ def shape_rule_findings(
                     ],
                 },
                 time_ns=_slot_time(connection, gid, seq),
+                frames=_frames(details, list(ranks)),
             )
         )
     return findings
+
+
+def _frames(entries: list[dict[str, Any]], culprits: list[int]) -> dict[str, Any]:
+    """Stack references: the culprits', and one other member's as the reference."""
+    others = [e for e in entries if e["rank"] not in culprits] or entries
+    return {
+        "culprit": {
+            str(e["rank"]): (e["rank"], e["record_id"]) for e in entries if e["rank"] in culprits
+        },
+        "majority": (others[0]["rank"], others[0]["record_id"]),
+        "majority_rank": others[0]["rank"],
+    }
 
 
 _CHANGED = """
@@ -129,8 +143,12 @@ def all_to_all_findings(
                 evidence={
                     "total_input_numel": total_in,
                     "total_output_numel": total_out,
-                    "per_rank": per_rank,
+                    "per_rank": [
+                        {"rank": r["rank"], "input_numel": r["i"], "output_numel": r["o"]}
+                        for r in per_rank
+                    ],
                 },
+                frames=_frames(per_rank, culprits),
                 time_ns=_slot_time(connection, gid, seq),
             )
         )

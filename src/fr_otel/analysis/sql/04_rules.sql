@@ -20,7 +20,7 @@ WHERE NOT e.p2p AND e.in_tensors > 0 AND e.out_tensors > 0
 -- all_to_all moves every element somewhere: over the whole group, what goes in comes out.
 CREATE OR REPLACE TEMP TABLE all_to_all_balance AS
 WITH a2a AS (
-    SELECT gid, seq, rank, in_numel, out_numel
+    SELECT gid, seq, rank, record_id, in_numel, out_numel
     FROM e
     WHERE list_contains($all_to_all_ops, op) AND NOT p2p
 ),
@@ -30,8 +30,9 @@ complete AS (
     GROUP BY a.gid, a.seq
     HAVING count(DISTINCT a.rank) = any_value(len(g.members))
 )
-SELECT a.gid, a.seq, list(struct_pack(rank := a.rank, i := a.in_numel, o := a.out_numel)
-                           ORDER BY a.rank) AS per_rank,
+SELECT a.gid, a.seq,
+       list(struct_pack(rank := a.rank, record_id := a.record_id, i := a.in_numel,
+                        o := a.out_numel) ORDER BY a.rank) AS per_rank,
        sum(a.in_numel) AS total_in, sum(a.out_numel) AS total_out
 FROM a2a a JOIN complete USING (gid, seq)
 GROUP BY a.gid, a.seq
