@@ -43,11 +43,12 @@ def test_json_encoding_normalises_to_the_same_rows_without_frames() -> None:
     dump = fr_dump([fr_entry(record_id=0, seq=1, state="scheduled")])
     from_pickle = _table(pickle.dumps(dump, protocol=2)).to_pylist()[0]
     from_json = _table(as_json_bytes(dump)).to_pylist()[0]
-    assert from_json["frames"] is None
+    assert from_json["frames"] is None and from_json["call_site"] is None
+    assert from_pickle["call_site"] == "/job/train.py:21 in train_step"
     assert from_json["time_completed_ns"] is None  # JSON wrote 0
     assert from_json["pg_last_enqueued_seq"] == 2  # JSON wrote "2"
     assert from_json["source_format"] == "json"
-    ignore = {"frames", "source_format"}
+    ignore = {"frames", "call_site", "source_format"}
     assert {k: v for k, v in from_json.items() if k not in ignore} == {
         k: v for k, v in from_pickle.items() if k not in ignore
     }
