@@ -1,9 +1,12 @@
 """The wavefront: which finding is the root cause, and which ones it explains.
 
-A finding that exists only because some ranks are absent (a missing rank, a lone send
-or recv) is a consequence of another finding when that other finding holds all of those
-ranks blocked: they are its culprits, or their oldest unfinished op is in its group at or
-after its divergence. Among the findings nothing explains, the earliest is the root cause.
+Every blocked rank ends up waiting, through the wait graph of the ranks' oldest
+unfinished ops, on a jam that waits on nothing else (a sink). Findings in a sink are
+causes; a finding that exists only because ranks are absent (a missing rank, a lone send
+or recv) is a cause only when no divergence sits in the same jam. Every other finding is
+a consequence, attributed to the cause that holds the ranks it lacks. Causes are ordered
+by a rank that issued both (clocks differ across hosts), else by time: the first is the
+root cause.
 """
 
 from __future__ import annotations
