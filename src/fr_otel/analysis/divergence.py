@@ -27,6 +27,8 @@ from fr_otel.analysis.findings import Finding, FrameRef, GroupRef
 MAX_SHIFT = 4
 """Longest run of skipped collectives recognised as one skip."""
 MAX_REORDER_WINDOW = 4
+MAX_DETAILED_CULPRITS = 8
+"""Culprits of one finding whose entries and stacks are shown (all are listed)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -398,8 +400,9 @@ class _Collector:
             )
             self.findings[key] = finding
         finding.culprit_ranks.append(rank)
-        finding.evidence["culprits"][str(rank)] = _describe(culprit_slot)
-        finding.frames["culprit"][str(rank)] = culprit_frames
+        if len(finding.culprit_ranks) <= MAX_DETAILED_CULPRITS:
+            finding.evidence["culprits"][str(rank)] = _describe(culprit_slot)
+            finding.frames["culprit"][str(rank)] = culprit_frames
 
 
 def classify(view: GroupView) -> list[Finding]:
@@ -440,11 +443,13 @@ def classify(view: GroupView) -> list[Finding]:
                         culprit_frames=_ref(last),
                         evidence={"present": majority.present},
                     )
-                    collector.findings[("missing_rank", seq, 0)].evidence["culprits"][str(rank)] = {
-                        "last_seq": window[1],
-                        "last_op": _op(last),
-                        "entry": _ref(last),
-                    }
+                    missing = collector.findings[("missing_rank", seq, 0)]
+                    if str(rank) in missing.evidence["culprits"]:
+                        missing.evidence["culprits"][str(rank)] = {
+                            "last_seq": window[1],
+                            "last_op": _op(last),
+                            "entry": _ref(last),
+                        }
                     explained[rank] = math.inf
                     continue
             elif _same(slot, majority) or slot.sig == majority.sig:

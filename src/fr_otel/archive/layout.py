@@ -18,12 +18,12 @@ import contextlib
 import os
 import uuid
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from fr_otel.errors import ArchiveError
-from fr_otel.schema import RECORD_SCHEMA
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PARQUET_GLOB = "**/*.parquet"
 # The import is bound by this write. lz4 writes ~25% faster than zstd here for files
@@ -31,12 +31,7 @@ PARQUET_GLOB = "**/*.parquet"
 # columns (names, dtypes, stacks), and min/max statistics only mean something for
 # scalars; skipping both elsewhere cuts the write by another quarter.
 COMPRESSION = "lz4"
-_DICTIONARY_COLUMNS = [
-    f.name
-    for f in RECORD_SCHEMA
-    if pa.types.is_string(f.type) or f.name in ("frames", "input_dtypes", "output_dtypes")
-]
-_STATISTICS_COLUMNS = [f.name for f in RECORD_SCHEMA if not pa.types.is_nested(f.type)]
+_DICTIONARY_EXTRA = ("frames", "input_dtypes", "output_dtypes")
 
 
 def partition_dir(archive: Path, job: str, incident: str) -> Path:
@@ -54,6 +49,14 @@ def staging_path(final: Path) -> Path:
 
 def write_staged(table: pa.Table, final: Path) -> Path:
     """Write ``table`` next to ``final`` under a temporary name; return that name."""
+    # imported here: readers of an archive need the layout, not the Parquet writer
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dictionary = [
+        f.name for f in table.schema if pa.types.is_string(f.type) or f.name in _DICTIONARY_EXTRA
+    ]
+    statistics = [f.name for f in table.schema if not pa.types.is_nested(f.type)]
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         staged = staging_path(final)
@@ -61,8 +64,8 @@ def write_staged(table: pa.Table, final: Path) -> Path:
             table,
             staged,
             compression=COMPRESSION,
-            use_dictionary=_DICTIONARY_COLUMNS,
-            write_statistics=_STATISTICS_COLUMNS,
+            use_dictionary=dictionary,
+            write_statistics=statistics,
         )
     except OSError as exc:
         raise ArchiveError(
