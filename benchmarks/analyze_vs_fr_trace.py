@@ -79,6 +79,11 @@ SAMPLE_S = 0.05
 MB = 1024 * 1024
 
 FR_TRACE = "torchfrtrace"
+FR_TRACE_FULL = "torchfrtrace (full)"
+# torchfrtrace stops after 10 mismatches in a group (its --mismatch_cap), usually in the
+# valid batched send/recv it misreads, long before the real fault. "full" lifts the cap
+# so that it analyses the whole trace, as the baseline figure (75 s) did.
+FULL_CAP = 1_000_000_000
 OURS_E2E = "fr-otel (dumps)"
 OURS_ARCHIVE = "fr-otel (archive)"
 
@@ -447,6 +452,10 @@ def bench_fleet(
             cmd += ["--mismatch_cap", str(args.fr_trace_mismatch_cap)]
         run = run_measured(cmd, logs / "torchfrtrace", args.timeout)
         rows.append(Row(fleet, FR_TRACE, run, fr_trace_verdict(run, fleet.culprits)))
+        if fleet.world in args.full_fr_trace_sizes:
+            full = [*cmd[: cmd.index("-p") + 2], "--mismatch_cap", str(FULL_CAP)]
+            run = run_measured(full, logs / "torchfrtrace-full", args.timeout)
+            rows.append(Row(fleet, FR_TRACE_FULL, run, fr_trace_verdict(run, fleet.culprits)))
 
     cmd = [*fr_otel, "analyze", str(fleet.dumps), "--format", "json"]
     run = run_measured(cmd, logs / "fr-otel-dumps", args.timeout)
@@ -510,22 +519,29 @@ def report(rows: list[Row], sizes: list[int], big: bool, skip_fr_trace: bool) ->
         out.append("  none: no --sizes given")
     speedups: dict[int, float] = {}
     for world in sizes:
-        theirs, ours = _ok_run(_find(rows, world, FR_TRACE)), _ok_run(_find(rows, world, OURS_E2E))
+        ours = _ok_run(_find(rows, world, OURS_E2E))
         if skip_fr_trace:
             out.append(f"  {world:>5} ranks: torchfrtrace skipped (--skip-fr-trace)")
-        elif theirs is None or ours is None:
-            out.append(f"  {world:>5} ranks: n/a (a run crashed, timed out or did not happen)")
-        else:
-            speedups[world] = theirs.wall_s / ours.wall_s
-            out.append(f"  {world:>5} ranks: {speedups[world]:.1f}x")
+            continue
+        parts = []
+        for tool, label in ((FR_TRACE, "as run by default"), (FR_TRACE_FULL, "full analysis")):
+            theirs = _ok_run(_find(rows, world, tool))
+            if theirs is not None and ours is not None:
+                ratio = theirs.wall_s / ours.wall_s
+                parts.append(f"{ratio:.1f}x vs {label}")
+                # the goal's baseline is the full analysis where it was run
+                if tool == FR_TRACE_FULL or world not in speedups:
+                    speedups[world] = ratio
+        out.append(f"  {world:>5} ranks: " + ("; ".join(parts) or "n/a (no verdict to compare)"))
 
     out += ["", "goals:"]
     if SPEEDUP_WORLD in speedups:
         s = speedups[SPEEDUP_WORLD]
         verdict = "met" if s >= SPEEDUP_GOAL else "NOT met"
+        baseline = "full" if _find(rows, SPEEDUP_WORLD, FR_TRACE_FULL) else "default"
         out.append(
             f"  {SPEEDUP_WORLD}x{ENTRIES}: fr-otel end to end >= {SPEEDUP_GOAL:.0f}x faster than"
-            f" torchfrtrace: {s:.1f}x -> {verdict}"
+            f" torchfrtrace ({baseline} analysis): {s:.1f}x -> {verdict}"
         )
     else:
         out.append(
@@ -534,6 +550,10 @@ def report(rows: list[Row], sizes: list[int], big: bool, skip_fr_trace: bool) ->
         )
     for world in [*sizes, *([BIG_WORLD] if big else [])]:
         run = _ok_run(_find(rows, world, OURS_ARCHIVE))
+        if world != SPEEDUP_WORLD:
+            if run is not None:  # the goal is stated for 256 ranks; others for information
+                out.append(f"  {world}x{ENTRIES}: archive re-analysis (info): {run.wall_s:.2f} s")
+            continue
         if run is None:
             out.append(
                 f"  {world}x{ENTRIES}: archive re-analysis < {REANALYSIS_GOAL_S:.0f} s:"
@@ -561,12 +581,12 @@ def report(rows: list[Row], sizes: list[int], big: bool, skip_fr_trace: bool) ->
                 f" -> {'met' if met else 'NOT met'}"
             )
         out.append(f"  ({BIG_WORLD}x{ENTRIES}: torchfrtrace is not run at this size)")
-    ours_rows = [r for r in rows if r.tool != FR_TRACE]
+    ours_rows = [r for r in rows if r.tool not in (FR_TRACE, FR_TRACE_FULL)]
     out.append(
         "  fr-otel verdicts matching the ground truth:"
         f" {sum(r.match for r in ours_rows)}/{len(ours_rows)}"
     )
-    theirs_rows = [r for r in rows if r.tool == FR_TRACE and r.run is not None]
+    theirs_rows = [r for r in rows if r.tool in (FR_TRACE, FR_TRACE_FULL) and r.run is not None]
     if theirs_rows:
         out.append(
             "  torchfrtrace verdicts matching the ground truth:"
@@ -634,6 +654,13 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=None,
         help="pass --mismatch_cap N to torchfrtrace (default: not passed, its default is 10)",
+    )
+    parser.add_argument(
+        "--full-fr-trace-sizes",
+        type=_parse_sizes,
+        default=[64, 256],
+        help="sizes at which torchfrtrace also runs with its mismatch cap lifted, analysing the"
+        " whole trace (default: 64,256; it takes minutes beyond)",
     )
     parser.add_argument(
         "--big",
