@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from fr_otel.sim import FAULT_KINDS, FleetSpec, write_fleet
-from fr_otel.sim import simulate as run_simulation
+from fr_otel.sim.spec import FAULT_KINDS, FleetSpec
 
 
 @click.command("simulate")
@@ -83,6 +82,9 @@ def simulate(
         stack_traces=not no_stack_traces,
         timing=not no_timing,
     )
+    from fr_otel.sim import simulate as run_simulation
+    from fr_otel.sim import write_fleet
+
     fleet = run_simulation(spec)
     written = write_fleet(
         fleet,

@@ -13,11 +13,37 @@ fault), ``engine`` (execution), ``dump`` (ring buffers to dump dicts), ``writer`
 
 from __future__ import annotations
 
-from fr_otel.sim.dump import FleetDumps
-from fr_otel.sim.fleet import Fleet, simulate
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from fr_otel.sim.spec import FAULT_KINDS, FaultTruth, FleetSpec
-from fr_otel.sim.topology import Mesh, ProcessGroup, resolve_layout
-from fr_otel.sim.writer import TRUTH_FILENAME, to_json_shape, write_fleet
+
+if TYPE_CHECKING:
+    from fr_otel.sim.dump import FleetDumps
+    from fr_otel.sim.fleet import Fleet, simulate
+    from fr_otel.sim.topology import Mesh, ProcessGroup, resolve_layout
+    from fr_otel.sim.writer import TRUTH_FILENAME, to_json_shape, write_fleet
+
+# The engine loads on first use, so that `fr-otel` starts fast for every other command.
+_LAZY = {
+    "FleetDumps": "fr_otel.sim.dump",
+    "Fleet": "fr_otel.sim.fleet",
+    "simulate": "fr_otel.sim.fleet",
+    "Mesh": "fr_otel.sim.topology",
+    "ProcessGroup": "fr_otel.sim.topology",
+    "resolve_layout": "fr_otel.sim.topology",
+    "TRUTH_FILENAME": "fr_otel.sim.writer",
+    "to_json_shape": "fr_otel.sim.writer",
+    "write_fleet": "fr_otel.sim.writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fr_otel.sim' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "FAULT_KINDS",
