@@ -15,6 +15,7 @@ from fr_otel import __version__
 from fr_otel.cli._errors import run_translating_errors
 from fr_otel.cli.analyze_cmd import analyze_
 from fr_otel.cli.demo_cmd import demo
+from fr_otel.cli.export_cmd import export
 from fr_otel.cli.import_cmd import import_
 from fr_otel.cli.simulate_cmd import simulate
 from fr_otel.cli.sql_cmd import sql
@@ -38,6 +39,7 @@ def cli(verbose: int) -> None:
 cli.add_command(import_)
 cli.add_command(analyze_)
 cli.add_command(sql)
+cli.add_command(export)
 cli.add_command(simulate)
 cli.add_command(demo)
 

@@ -1,0 +1,121 @@
+"""The span model: how one Flight Recorder entry becomes one OpenTelemetry span.
+
+Every attribute name fr_otel writes is defined here and only here: dashboards, TraceQL
+queries and docs take their names from this module (``docs/span-model.md``).
+
+- **Trace**: one per collective instance across ranks. Its id is derived from the job,
+  the group (name and rank set) and the sequence number, so every rank computes the same
+  id without talking to the others, and re-exporting the same data gives the same ids.
+  A send or recv has no cross-rank sequence number, so it gets a trace of its own per
+  rank and p2p sequence number.
+- **Span**: one per entry; its id is derived from the trace key, the rank and the
+  entry's record id. Name: the op (low cardinality). Start: creation. End: completion,
+  else the dump time (work still in flight). Not completed: status ERROR with
+  ``error.type`` ``timeout`` (pending past its timeout, or retired without completing)
+  or ``not_completed``.
+- **Resource**: one per rank: ``service.name`` is the job, ``service.instance.id`` is
+  unique per rank, plus the rank itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+# Resource attributes (OpenTelemetry semantic conventions, plus ours).
+SERVICE_NAME: Final = "service.name"
+SERVICE_INSTANCE_ID: Final = "service.instance.id"
+HOST_NAME: Final = "host.name"
+PROCESS_PID: Final = "process.pid"
+
+# Ours: one namespace, named after the project (semantic conventions have none for
+# collective communication).
+NS: Final = "fr_otel"
+RANK: Final = f"{NS}.rank"
+JOB: Final = f"{NS}.job"
+INCIDENT: Final = f"{NS}.incident"
+PG_NAME: Final = f"{NS}.pg.name"
+PG_DESC: Final = f"{NS}.pg.desc"
+PG_SIZE: Final = f"{NS}.pg.size"
+PG_RANKS: Final = f"{NS}.pg.ranks"
+COLLECTIVE_SEQ_ID: Final = f"{NS}.collective_seq_id"
+P2P_SEQ_ID: Final = f"{NS}.p2p_seq_id"
+OP: Final = f"{NS}.op"
+BACKEND: Final = f"{NS}.backend"
+PEER: Final = f"{NS}.peer"
+INPUT_SIZES: Final = f"{NS}.input_sizes"
+OUTPUT_SIZES: Final = f"{NS}.output_sizes"
+INPUT_DTYPES: Final = f"{NS}.input_dtypes"
+OUTPUT_DTYPES: Final = f"{NS}.output_dtypes"
+STATE: Final = f"{NS}.state"
+TIMEOUT_MS: Final = f"{NS}.timeout_ms"
+RECORD_ID: Final = f"{NS}.record_id"
+
+# Semantic conventions for the call site and errors.
+CODE_FUNCTION: Final = "code.function.name"
+CODE_FILE: Final = "code.file.path"
+CODE_LINE: Final = "code.line.number"
+ERROR_TYPE: Final = "error.type"
+
+ERROR_TIMEOUT: Final = "timeout"
+ERROR_NOT_COMPLETED: Final = "not_completed"
+
+SCOPE_NAME: Final = "fr_otel"
+
+SPAN_ATTRIBUTES: Final = (
+    RANK,
+    PG_NAME,
+    PG_DESC,
+    PG_SIZE,
+    PG_RANKS,
+    COLLECTIVE_SEQ_ID,
+    P2P_SEQ_ID,
+    OP,
+    BACKEND,
+    PEER,
+    INPUT_SIZES,
+    OUTPUT_SIZES,
+    INPUT_DTYPES,
+    OUTPUT_DTYPES,
+    STATE,
+    TIMEOUT_MS,
+    RECORD_ID,
+    INCIDENT,
+    CODE_FUNCTION,
+    CODE_FILE,
+    CODE_LINE,
+    ERROR_TYPE,
+)
+"""Every span attribute fr_otel may set (docs and dashboards are checked against it)."""
+
+
+def trace_key(
+    *,
+    job: str,
+    pg_name: str,
+    pg_ranks: list[int] | tuple[int, ...] | None,
+    collective_seq_id: int | None,
+    is_p2p: bool,
+    rank: int,
+    p2p_seq_id: int | None,
+) -> bytes:
+    """What identifies the trace an entry belongs to (see the module docstring)."""
+    ranks = ",".join(map(str, sorted(pg_ranks))) if pg_ranks else ""
+    tail = f"p2p\x00{rank}\x00{p2p_seq_id}" if is_p2p else f"coll\x00{collective_seq_id}"
+    return f"{job}\x00{pg_name}\x00{ranks}\x00{tail}".encode()
+
+
+def trace_id(key: bytes) -> bytes:
+    """16 bytes, never all zero (an all-zero id is invalid in OTLP)."""
+    digest = hashlib.blake2b(key, digest_size=16).digest()
+    return digest if any(digest) else digest[:-1] + b"\x01"
+
+
+def span_id(key: bytes, rank: int, record_id: int) -> bytes:
+    """8 bytes, never all zero."""
+    digest = hashlib.blake2b(key + f"\x00{rank}\x00{record_id}".encode(), digest_size=8).digest()
+    return digest if any(digest) else digest[:-1] + b"\x01"
+
+
+def instance_id(job: str, rank: int) -> str:
+    return f"{job}/rank-{rank}"
