@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from fr_otel.cli._errors import EXIT_OK
+from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
+
+if TYPE_CHECKING:
+    from fr_otel.otel.transport import RequestExporter
 
 
 @click.command("export")
@@ -20,6 +24,36 @@ from fr_otel.cli._errors import EXIT_OK
     help="Write OTLP JSON lines (the Collector's otlpjsonfile format) to this file.",
 )
 @click.option(
+    "--otlp",
+    "otlp",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[ENDPOINT]",
+    help="Send over OTLP to ENDPOINT, or to $OTEL_EXPORTER_OTLP_ENDPOINT when none is given"
+    " (protocol, headers, compression, timeout, certificates: the standard OTEL_EXPORTER_OTLP_*"
+    " variables). What cannot be delivered goes to the spool.",
+)
+@click.option(
+    "--resend",
+    is_flag=True,
+    help="Deliver the spooled requests of an earlier export over OTLP, then delete them.",
+)
+@click.option(
+    "--spool",
+    "spool_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where undeliverable requests wait. Default: ARCHIVE/_spool.",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds the whole OTLP export may take, retries included.",
+)
+@click.option(
     "--jaeger-json",
     "jaeger_json",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -30,14 +64,36 @@ def export(
     job: str | None,
     incident: str | None,
     otlp_json: Path | None,
+    otlp: str | None,
+    resend: bool,
+    spool_dir: Path | None,
+    deadline: float,
     jaeger_json: Path | None,
 ) -> int:
     """Export an incident's entries as spans: one trace per collective across ranks.
 
-    Sending over OTLP gRPC/HTTP is not built yet (issue 4).
+    Exit code 0 when everything was delivered or written, 2 when some requests could
+    only be spooled (send them later with --otlp --resend) or were refused.
     """
-    if otlp_json is None and jaeger_json is None:
-        raise click.UsageError("say where to export: --otlp-json FILE and/or --jaeger-json FILE")
+    if otlp_json is None and jaeger_json is None and otlp is None:
+        raise click.UsageError(
+            "say where to export: --otlp [ENDPOINT], --otlp-json FILE and/or --jaeger-json FILE"
+        )
+    if resend and otlp is None:
+        raise click.UsageError("--resend sends over OTLP: add --otlp [ENDPOINT]")
+    spool_dir = spool_dir if spool_dir is not None else archive / "_spool"
+    exporter = _exporter(otlp) if otlp is not None else None
+    if resend:
+        from fr_otel.otel.spool import resend as resend_spooled
+
+        assert exporter is not None
+        report = resend_spooled(spool_dir, exporter, deadline)
+        exporter.shutdown()
+        click.echo(
+            f"resent {report.sent_spans} spans from {spool_dir};"
+            f" {report.unsent_spans} still waiting"
+        )
+        return EXIT_OK if report.ok else EXIT_BAD_INPUT
     import duckdb
 
     from fr_otel.analysis.source import pick_incident, register_archive
@@ -57,4 +113,31 @@ def export(
     if jaeger_json is not None:
         spans = write_jaeger_json(requests, jaeger_json)
         click.echo(f"exported {spans} spans ({where}) to {jaeger_json}")
-    return EXIT_OK
+    if exporter is None:
+        return EXIT_OK
+    from fr_otel.otel.spool import spool
+    from fr_otel.otel.transport import send_all
+
+    report = send_all(requests, exporter, deadline_s=deadline)
+    exporter.shutdown()
+    message = f"sent {report.sent_spans} spans ({where}) over OTLP"
+    if report.unsent:
+        spool(report.unsent, spool_dir)
+        message += (
+            f"; {report.unsent_spans} spans spooled in {spool_dir}"
+            f" ({'; '.join(report.reasons[-1:])}): send them later with --otlp --resend"
+        )
+    click.echo(message)
+    return EXIT_OK if report.ok else EXIT_BAD_INPUT
+
+
+def _exporter(endpoint: str) -> RequestExporter:
+    from fr_otel import config
+    from fr_otel.otel.transport import exporter_for
+
+    settings = config.otlp_settings(endpoint or None)
+    if settings is None:
+        raise click.UsageError(
+            "no OTLP endpoint: pass --otlp ENDPOINT or set OTEL_EXPORTER_OTLP_ENDPOINT"
+        )
+    return exporter_for(settings)
