@@ -105,7 +105,8 @@ def export(
     with duckdb.connect() as connection:
         register_archive(connection, archive, only=chosen)
         table = connection.sql("SELECT * FROM src").to_arrow_table()
-    requests = list(encode_requests(table))
+    # files need messages; the wire needs bytes, which the fast encoder writes directly
+    requests = list(encode_requests(table)) if (otlp_json or jaeger_json) else []
     where = f"job={chosen.job} incident={chosen.incident}"
     if otlp_json is not None:
         spans = write_otlp_json(requests, otlp_json)
@@ -117,8 +118,9 @@ def export(
         return EXIT_OK
     from fr_otel.otel.spool import spool
     from fr_otel.otel.transport import send_all
+    from fr_otel.otel.wire import encode_requests_fast
 
-    report = send_all(requests, exporter, deadline_s=deadline)
+    report = send_all(encode_requests_fast(table), exporter, deadline_s=deadline)
     exporter.shutdown()
     message = f"sent {report.sent_spans} spans ({where}) over OTLP"
     if report.unsent:
