@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,13 @@ import click
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
-    from fr_otel.otel.transport import RequestExporter
+    from collections.abc import Iterable
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from fr_otel.otel.transport import Payload, RequestExporter
 
 
 @click.command("export")
@@ -54,6 +61,12 @@ if TYPE_CHECKING:
     help="Seconds the whole OTLP export may take, retries included.",
 )
 @click.option(
+    "--findings",
+    is_flag=True,
+    help="Also run the analyzer and export each finding as a verdict span in the trace of"
+    " its collective.",
+)
+@click.option(
     "--jaeger-json",
     "jaeger_json",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -68,6 +81,7 @@ def export(
     resend: bool,
     spool_dir: Path | None,
     deadline: float,
+    findings: bool,
     jaeger_json: Path | None,
 ) -> int:
     """Export an incident's entries as spans: one trace per collective across ranks.
@@ -105,8 +119,15 @@ def export(
     with duckdb.connect() as connection:
         register_archive(connection, archive, only=chosen)
         table = connection.sql("SELECT * FROM src").to_arrow_table()
+    verdicts: list[ExportTraceServiceRequest] = []
+    if findings:
+        from fr_otel.analysis import analyze
+        from fr_otel.otel.verdict import verdict_spans
+
+        verdict = verdict_spans(analyze(archive, job=chosen.job, incident=chosen.incident))
+        verdicts = [verdict] if verdict.resource_spans else []
     # files need messages; the wire needs bytes, which the fast encoder writes directly
-    requests = list(encode_requests(table)) if (otlp_json or jaeger_json) else []
+    requests = list(encode_requests(table)) + verdicts if (otlp_json or jaeger_json) else []
     where = f"job={chosen.job} incident={chosen.incident}"
     if otlp_json is not None:
         spans = write_otlp_json(requests, otlp_json)
@@ -120,7 +141,8 @@ def export(
     from fr_otel.otel.transport import send_all
     from fr_otel.otel.wire import encode_requests_fast
 
-    report = send_all(encode_requests_fast(table), exporter, deadline_s=deadline)
+    payloads: Iterable[Payload] = itertools.chain(encode_requests_fast(table), verdicts)
+    report = send_all(payloads, exporter, deadline_s=deadline)
     exporter.shutdown()
     message = f"sent {report.sent_spans} spans ({where}) over OTLP"
     if report.unsent:

@@ -51,6 +51,16 @@ STATE: Final = f"{NS}.state"
 TIMEOUT_MS: Final = f"{NS}.timeout_ms"
 RECORD_ID: Final = f"{NS}.record_id"
 
+# The analyzer's verdict, as a span in the trace of the collective it is about.
+VERDICT_SPAN_NAME: Final = f"{NS}.verdict"
+FINDING_KIND: Final = f"{NS}.finding.kind"
+FINDING_CULPRIT_RANKS: Final = f"{NS}.finding.culprit_ranks"
+FINDING_SUMMARY: Final = f"{NS}.finding.summary"
+FINDING_ROOT_CAUSE: Final = f"{NS}.finding.root_cause"
+FINDING_INDEX: Final = f"{NS}.finding.index"
+FINDING_CONSEQUENCE_OF: Final = f"{NS}.finding.consequence_of"
+ANALYZER_INSTANCE: Final = "analyzer"
+
 # Semantic conventions for the call site and errors.
 CODE_FUNCTION: Final = "code.function.name"
 CODE_FILE: Final = "code.file.path"
@@ -85,6 +95,12 @@ SPAN_ATTRIBUTES: Final = (
     CODE_FILE,
     CODE_LINE,
     ERROR_TYPE,
+    FINDING_KIND,
+    FINDING_CULPRIT_RANKS,
+    FINDING_SUMMARY,
+    FINDING_ROOT_CAUSE,
+    FINDING_INDEX,
+    FINDING_CONSEQUENCE_OF,
 )
 """Every span attribute fr_otel may set (docs and dashboards are checked against it)."""
 

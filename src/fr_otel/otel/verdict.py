@@ -1,0 +1,93 @@
+"""The analyzer's findings as spans, in the traces of the collectives they are about.
+
+Each finding becomes one span named ``fr_otel.verdict`` in the trace of its collective
+(the same deterministic trace id the ranks' spans have), so Jaeger and Tempo show the
+diagnosis beside the evidence. Its resource is the analyzer (``service.instance.id``
+``<job>/analyzer``); status ERROR, with the finding's summary as the message.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from fr_otel import __version__
+from fr_otel.analysis.findings import Analysis, Finding
+from fr_otel.otel import model
+from fr_otel.otel.encode import _kv
+
+
+def _trace_key(job: str, finding: Finding) -> bytes:
+    group = finding.group
+    if finding.kind == "p2p_unmatched":
+        # the waiting rank's send or recv: its own trace
+        return model.trace_key(
+            job=job,
+            pg_name=group.name,
+            pg_ranks=group.ranks,
+            collective_seq_id=None,
+            is_p2p=True,
+            rank=int(finding.evidence.get("waiting_rank", -1)),
+            p2p_seq_id=finding.evidence.get("p2p_seq_id"),
+        )
+    return model.trace_key(
+        job=job,
+        pg_name=group.name,
+        pg_ranks=group.ranks,
+        collective_seq_id=finding.collective_seq_id,
+        is_p2p=False,
+        rank=0,
+        p2p_seq_id=None,
+    )
+
+
+def verdict_spans(analysis: Analysis) -> ExportTraceServiceRequest:
+    """One request holding a verdict span per finding (empty for a healthy job)."""
+    request = ExportTraceServiceRequest()
+    if not analysis.findings:
+        return request
+    resource_spans = request.resource_spans.add()
+    resource_spans.resource.attributes.extend(
+        [
+            _kv(model.SERVICE_NAME, analysis.job),
+            _kv(model.SERVICE_INSTANCE_ID, f"{analysis.job}/{model.ANALYZER_INSTANCE}"),
+            _kv(model.JOB, analysis.job),
+        ]
+    )
+    scope = resource_spans.scope_spans.add()
+    scope.scope.name = model.SCOPE_NAME
+    scope.scope.version = __version__
+    for index, finding in enumerate(analysis.findings):
+        key = _trace_key(analysis.job, finding)
+        when = finding.time_ns or 0
+        attributes = [
+            _kv(model.FINDING_KIND, finding.kind),
+            _kv(model.FINDING_CULPRIT_RANKS, list(finding.culprit_ranks)),
+            _kv(model.FINDING_SUMMARY, finding.summary),
+            _kv(model.FINDING_ROOT_CAUSE, index == analysis.root_cause),
+            _kv(model.FINDING_INDEX, index),
+            _kv(model.PG_NAME, finding.group.name),
+            _kv(model.INCIDENT, analysis.incident),
+        ]
+        if finding.group.desc:
+            attributes.append(_kv(model.PG_DESC, finding.group.desc))
+        if finding.collective_seq_id is not None:
+            attributes.append(_kv(model.COLLECTIVE_SEQ_ID, finding.collective_seq_id))
+        if finding.op:
+            attributes.append(_kv(model.OP, finding.op))
+        if finding.consequence_of is not None:
+            attributes.append(_kv(model.FINDING_CONSEQUENCE_OF, finding.consequence_of))
+        scope.spans.append(
+            Span(
+                trace_id=model.trace_id(key),
+                # ranks' span ids hash (key, rank >= 0, record id): -1 keeps these apart
+                span_id=model.span_id(key, -1, index),
+                name=model.VERDICT_SPAN_NAME,
+                kind=Span.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=when,
+                end_time_unix_nano=when,
+                attributes=attributes,
+                status=Status(code=Status.STATUS_CODE_ERROR, message=finding.summary),
+            )
+        )
+    return request
