@@ -147,7 +147,8 @@ _COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
         "source_format",
         pa.string(),
         False,
-        "`pickle`, `json`, `recorder` or `simulator`: how the row reached us.",
+        "`pickle`, `json`, `recorder`, `simulator` or `otlp` (read back from spans): how the"
+        " row reached us.",
     ),
     ("fr_version", pa.string(), True, "The dump's FR format version, e.g. `2.10`."),
     ("comm_lib_version", pa.string(), True, "NCCL (or other library) version from the dump."),
@@ -170,7 +171,7 @@ COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 PARTITION_KEYS: tuple[str, ...] = ("job", "incident")
 """Hive partition keys of an archive, outermost first."""
 
-SOURCE_FORMATS = frozenset({"pickle", "json", "recorder", "simulator"})
+SOURCE_FORMATS = frozenset({"pickle", "json", "recorder", "simulator", "otlp"})
 
 
 def empty_table() -> pa.Table:

@@ -1,0 +1,178 @@
+"""OTLP spans -> canonical rows: the inverse of ``fr_otel.otel.encode``, as far as it goes.
+
+``spans_to_table`` takes ``TracesData`` or ``ExportTraceServiceRequest`` messages (e.g. from
+``read_otlp_json``) and rebuilds one ``RECORD_SCHEMA`` row per span that fr_otel wrote.
+Spans without ``fr_otel.rank`` or ``fr_otel.record_id`` (someone else's spans) are skipped
+and counted (``import_traces(...).skipped``).
+
+Rebuilt from the span: ``job`` (resource ``fr_otel.job``, else ``service.name``),
+``incident``, ``rank``, ``pg_name``, ``pg_desc``, ``pg_ranks``, ``record_id``,
+``collective_seq_id`` (collectives only), ``p2p_seq_id`` (point-to-point only), ``backend``,
+``op``, ``peer``, ``is_p2p``, ``input_sizes``/``output_sizes`` (JSON text),
+``input_dtypes``/``output_dtypes``, ``state``, ``time_created_ns`` (span start),
+``time_completed_ns`` (span end when the span is not an error and ``state`` is
+``completed``), ``dump_time_ns`` (span end when the span is an error, i.e. the work was not
+done), ``timeout_ms``, ``call_site`` (``file:line in function`` from ``code.*``) and, where
+the span status decides it, ``retired``: ``True`` for done work that is not ``completed``
+(gloo's completion signal), ``False`` for ``error.type`` ``not_completed``, else null.
+``source_format`` is ``"otlp"``.
+
+Not carried by spans, so null: ``pg_id``, ``op_id``, ``profiling_name``,
+``time_started_ns``, ``duration_ms``, ``thread_name``, ``thread_id``,
+``frames``, ``pg_last_enqueued_seq``, ``pg_last_started_seq``, ``pg_last_completed_seq``,
+``source_file``, ``fr_version``, ``comm_lib_version``; ``pg_ranks_inferred`` (not nullable)
+is ``False``.
+
+Lossy by construction of the encoder: a p2p span carries no ``collective_seq_id`` and a
+collective span no ``p2p_seq_id`` (both null here); ``dump_time_ns`` of done work and the
+completion time of work the encoder counted as not done are not carried.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
+
+from fr_otel.otel import model
+from fr_otel.otel.jsonfile import read_otlp_json
+from fr_otel.schema import COLUMNS, RECORD_SCHEMA
+
+SOURCE_FORMAT = "otlp"
+"""``source_format`` of imported rows (to be listed in ``schema.SOURCE_FORMATS``)."""
+
+UNKNOWN = "unknown"
+"""``job``/``incident`` of a span whose resource and attributes name none."""
+
+
+@dataclass(frozen=True)
+class OtlpImport:
+    """The rows rebuilt from spans, and how many spans were not ours."""
+
+    table: pa.Table
+    skipped: int
+
+
+def _python(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_python(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _python(kv.value) for kv in value.kvlist_value.values}
+    return getattr(value, kind)
+
+
+def _attributes(items: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: _python(kv.value) for kv in items}
+
+
+def _sizes(text: Any) -> list[list[int]] | None:
+    if not isinstance(text, str):
+        return None
+    sizes: list[list[int]] = json.loads(text)
+    return sizes
+
+
+def _call_site(attrs: dict[str, Any]) -> str | None:
+    function = attrs.get(model.CODE_FUNCTION)
+    path = attrs.get(model.CODE_FILE)
+    line = attrs.get(model.CODE_LINE)
+    if function is None and path is None:
+        return None
+    where = f"{path or ''}:{line}" if line is not None else (path or "")
+    return f"{where} in {function or ''}"
+
+
+def _row(span: Span, resource: dict[str, Any]) -> dict[str, Any] | None:
+    attrs = _attributes(span.attributes)
+    rank, record_id = attrs.get(model.RANK), attrs.get(model.RECORD_ID)
+    if not isinstance(rank, int) or not isinstance(record_id, int):
+        return None
+    coll, p2p = attrs.get(model.COLLECTIVE_SEQ_ID), attrs.get(model.P2P_SEQ_ID)
+    op = attrs.get(model.OP) or span.name
+    if p2p is not None or coll is not None:
+        is_p2p = p2p is not None and coll is None
+    else:  # neither sequence number: the encoder's own fallback rule
+        is_p2p = op in ("send", "recv")
+    state = attrs.get(model.STATE) or None
+    start = span.start_time_unix_nano or None
+    end = span.end_time_unix_nano or None
+    done = span.status.code != Status.STATUS_CODE_ERROR
+    pg_ranks = attrs.get(model.PG_RANKS)
+    error_type = attrs.get(model.ERROR_TYPE)
+    # The encoder counts work as done when completed, or (gloo) retired; pending work that
+    # was retired is a timeout. So: done but not completed -> retired; "not_completed" ->
+    # not retired; otherwise unknown.
+    retired: bool | None = None
+    if done and state != "completed":
+        retired = True
+    elif not done and error_type == model.ERROR_NOT_COMPLETED:
+        retired = False
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update(
+        job=resource.get(model.JOB) or resource.get(model.SERVICE_NAME) or UNKNOWN,
+        incident=attrs.get(model.INCIDENT) or UNKNOWN,
+        rank=rank,
+        pg_name=attrs.get(model.PG_NAME) or "",
+        pg_desc=attrs.get(model.PG_DESC),
+        pg_ranks=list(pg_ranks) if pg_ranks is not None else None,
+        pg_ranks_inferred=False,
+        record_id=record_id,
+        collective_seq_id=coll,
+        p2p_seq_id=p2p,
+        backend=attrs.get(model.BACKEND),
+        op=op,
+        peer=attrs.get(model.PEER),
+        is_p2p=is_p2p,
+        input_sizes=_sizes(attrs.get(model.INPUT_SIZES)),
+        output_sizes=_sizes(attrs.get(model.OUTPUT_SIZES)),
+        input_dtypes=attrs.get(model.INPUT_DTYPES),
+        output_dtypes=attrs.get(model.OUTPUT_DTYPES),
+        state=state,
+        time_created_ns=start,
+        time_completed_ns=end if done and state == "completed" else None,
+        retired=retired,
+        dump_time_ns=None if done else end,
+        timeout_ms=attrs.get(model.TIMEOUT_MS),
+        call_site=_call_site(attrs),
+        source_format=SOURCE_FORMAT,
+    )
+    return row
+
+
+def import_traces(traces: Iterable[TracesData | ExportTraceServiceRequest]) -> OtlpImport:
+    """Canonical rows (ordered by job, incident, rank, record_id) from fr_otel's spans."""
+    rows: list[dict[str, Any]] = []
+    skipped = 0
+    for message in traces:
+        for resource_spans in message.resource_spans:
+            resource = _attributes(resource_spans.resource.attributes)
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    row = _row(span, resource)
+                    if row is None:
+                        skipped += 1
+                    else:
+                        rows.append(row)
+    rows.sort(key=lambda r: (r["job"], r["incident"], r["rank"], r["record_id"]))
+    columns = {name: [r[name] for r in rows] for name in COLUMNS}
+    return OtlpImport(pa.Table.from_pydict(columns, schema=RECORD_SCHEMA), skipped)
+
+
+def spans_to_table(traces: Iterable[TracesData | ExportTraceServiceRequest]) -> pa.Table:
+    """``RECORD_SCHEMA`` rows from fr_otel's spans; other spans are skipped."""
+    return import_traces(traces).table
+
+
+def read_otlp_json_table(path: Path) -> pa.Table:
+    """``RECORD_SCHEMA`` rows from an OTLP JSON lines file (``write_otlp_json``)."""
+    return spans_to_table(read_otlp_json(Path(path)))
