@@ -59,6 +59,12 @@ def import_(
 
     from fr_otel.archive import import_dumps
 
+    spans_files = [Path(d) for d in dumps if d.endswith(".jsonl")]
+    if spans_files:
+        if len(spans_files) != len(dumps):
+            raise click.UsageError("import OTLP JSON lines files (.jsonl) separately from dumps")
+        return _import_spans(spans_files, archive, job, incident)
+
     bar: tqdm | None = None
 
     def progress(done: int, total: int) -> None:
@@ -85,3 +91,37 @@ def import_(
         click.echo(f"fr-otel: {problem.path}: {problem.problem}: {problem.detail}", err=True)
     click.echo(report.summary())
     return EXIT_OK if report.ok else EXIT_BAD_INPUT
+
+
+def _import_spans(
+    files: list[Path], archive: Path | None, job: str | None, incident: str | None
+) -> int:
+    """OTLP JSON lines files (``fr-otel export --otlp-json``, the Collector's file
+    exporter) back into an archive."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from fr_otel.archive.rows import write_rows
+    from fr_otel.otel.otlp_import import read_otlp_json_table
+
+    target = config.archive_dir(archive)
+    tables = []
+    for path in files:
+        if not path.is_file():
+            click.echo(f"fr-otel: {path}: missing: no such file", err=True)
+            return EXIT_BAD_INPUT
+        tables.append(read_otlp_json_table(path))
+    table = pa.concat_tables(tables)
+    for column, value in (("job", job), ("incident", incident)):
+        if value is not None:
+            name = config.validate_partition_value(column, value)
+            table = table.set_column(
+                table.schema.get_field_index(column), column, pa.repeat(pa.scalar(name), len(table))
+            )
+    written = write_rows(table, target)
+    ranks = len(pc.unique(table["rank"]))
+    click.echo(
+        f"imported {ranks} ranks, {len(table)} entries from spans into {target}"
+        f" ({len(written)} files)"
+    )
+    return EXIT_OK

@@ -1,0 +1,77 @@
+"""Write canonical rows that did not come from dump files (spans read back, a recorder
+flush) into the archive: one file per (job, incident, rank), plus the manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fr_otel.archive.layout import commit_staged, discard_staged, rank_file, write_staged
+from fr_otel.archive.manifest import GroupMembers, Manifest, read_manifest, write_manifest
+from fr_otel.schema import RECORD_SCHEMA
+
+
+def write_rows(table: pa.Table, archive: Path) -> list[Path]:
+    """Write ``table`` (canonical schema) into ``archive``; return the files written.
+
+    Like ``import_dumps``: each rank's file replaces the one an earlier write left, so
+    writing the same rows twice does not duplicate them.
+    """
+    table = table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
+    written: list[Path] = []
+    keys = (
+        table.select(["job", "incident", "rank"])
+        .group_by(["job", "incident", "rank"])
+        .aggregate([])
+    )
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for job, incident, rank in zip(
+            *(keys.column(c).to_pylist() for c in keys.column_names), strict=True
+        ):
+            mask = pc.and_(
+                pc.and_(pc.equal(table["job"], job), pc.equal(table["incident"], incident)),
+                pc.equal(table["rank"], rank),
+            )
+            final = rank_file(archive, job, incident, rank)
+            staged.append((write_staged(table.filter(mask), final), final))
+        for temporary, final in staged:
+            commit_staged(temporary, final)
+            written.append(final)
+    finally:
+        for temporary, final in staged:
+            if final not in written:
+                discard_staged(temporary)
+    for job, incident in {(p.parent.parent.name[4:], p.parent.name[9:]) for p in written}:
+        _update_manifest(archive, job, incident, table)
+    return written
+
+
+def _update_manifest(archive: Path, job: str, incident: str, table: pa.Table) -> None:
+    mine = table.filter(pc.and_(pc.equal(table["job"], job), pc.equal(table["incident"], incident)))
+    earlier = read_manifest(archive, job, incident)
+    groups = {g.name: g for g in (earlier.groups if earlier else ())}
+    seen = mine.select(["pg_name", "pg_desc", "pg_ranks"]).to_pylist()
+    for row in seen:
+        if row["pg_ranks"] and row["pg_name"] not in groups:
+            groups[row["pg_name"]] = GroupMembers(
+                name=row["pg_name"],
+                desc=row["pg_desc"],
+                ranks=tuple(row["pg_ranks"]),
+                inferred=False,
+            )
+    folder = rank_file(archive, job, incident, 0).parent
+    ranks = sorted(int(p.stem.removeprefix("rank-")) for p in folder.glob("rank-*.parquet"))
+    expected = {r for g in groups.values() for r in g.ranks}
+    write_manifest(
+        archive,
+        Manifest(
+            job=job,
+            incident=incident,
+            ranks=tuple(ranks),
+            missing_ranks=tuple(sorted(expected - set(ranks))),
+            groups=tuple(groups[name] for name in sorted(groups)),
+        ),
+    )
