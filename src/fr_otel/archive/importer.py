@@ -19,14 +19,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from fr_otel import config
-from fr_otel.archive.layout import (
-    commit_staged,
-    discard_staged,
-    partition_dir,
-    rank_file,
-    write_staged,
-)
-from fr_otel.archive.manifest import GroupMembers, Manifest, read_manifest, write_manifest
+from fr_otel.archive.layout import commit_staged, discard_staged, rank_file, write_staged
+from fr_otel.archive.manifest import GroupMembers, refresh_manifest
 from fr_otel.dumps.discover import DumpFile, discover
 from fr_otel.dumps.load import load_dump_file
 from fr_otel.dumps.membership import (
@@ -255,28 +249,14 @@ def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportRepor
 
 
 def _write_manifest(archive: Path, job: str, incident: str, report: ImportReport) -> None:
-    """Record the incident's ranks and groups beside its files (merged with what an
-    earlier import of the same incident recorded)."""
-    earlier = read_manifest(archive, job, incident)
-    groups = {g.name: g for g in (earlier.groups if earlier else ())}
-    for membership in report.memberships.get(incident, {}).values():
-        groups[membership.name] = GroupMembers(
-            name=membership.name,
-            desc=membership.desc,
-            ranks=membership.ranks,
-            inferred=membership.inferred,
-        )
-    folder = partition_dir(archive, job, incident)
-    ranks = sorted(int(p.stem.removeprefix("rank-")) for p in folder.glob("rank-*.parquet"))
-    expected = {r for g in groups.values() for r in g.ranks}
-    write_manifest(
+    """Record the incident's ranks and groups beside its files."""
+    refresh_manifest(
         archive,
-        Manifest(
-            job=job,
-            incident=incident,
-            ranks=tuple(ranks),
-            missing_ranks=tuple(sorted(expected - set(ranks))),
-            groups=tuple(groups[name] for name in sorted(groups)),
+        job,
+        incident,
+        (
+            GroupMembers(name=m.name, desc=m.desc, ranks=m.ranks, inferred=m.inferred)
+            for m in report.memberships.get(incident, {}).values()
         ),
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,28 @@ def write_manifest(archive: Path, manifest: Manifest) -> Path:
     except OSError as exc:
         raise ArchiveError(f"cannot write {final}: {exc.strerror or exc}") from exc
     return final
+
+
+def refresh_manifest(
+    archive: Path, job: str, incident: str, groups: Iterable[GroupMembers]
+) -> Manifest:
+    """Merge ``groups`` into the incident's manifest (they win over what an earlier write
+    recorded), recount its ranks from the files present, and write it."""
+    earlier = read_manifest(archive, job, incident)
+    merged = {g.name: g for g in (earlier.groups if earlier else ())}
+    merged.update({g.name: g for g in groups})
+    folder = partition_dir(archive, job, incident)
+    ranks = sorted(int(p.stem.removeprefix("rank-")) for p in folder.glob("rank-*.parquet"))
+    expected = {r for g in merged.values() for r in g.ranks}
+    manifest = Manifest(
+        job=job,
+        incident=incident,
+        ranks=tuple(ranks),
+        missing_ranks=tuple(sorted(expected - set(ranks))),
+        groups=tuple(merged[name] for name in sorted(merged)),
+    )
+    write_manifest(archive, manifest)
+    return manifest
 
 
 def read_manifest(archive: Path, job: str, incident: str) -> Manifest | None:

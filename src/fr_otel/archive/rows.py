@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fr_otel.archive.layout import commit_staged, discard_staged, rank_file, write_staged
-from fr_otel.archive.manifest import GroupMembers, Manifest, read_manifest, write_manifest
+from fr_otel.archive.manifest import GroupMembers, refresh_manifest
 from fr_otel.schema import RECORD_SCHEMA
 
 
@@ -51,10 +51,8 @@ def write_rows(table: pa.Table, archive: Path) -> list[Path]:
 
 def _update_manifest(archive: Path, job: str, incident: str, table: pa.Table) -> None:
     mine = table.filter(pc.and_(pc.equal(table["job"], job), pc.equal(table["incident"], incident)))
-    earlier = read_manifest(archive, job, incident)
-    groups = {g.name: g for g in (earlier.groups if earlier else ())}
-    seen = mine.select(["pg_name", "pg_desc", "pg_ranks"]).to_pylist()
-    for row in seen:
+    groups: dict[str, GroupMembers] = {}
+    for row in mine.select(["pg_name", "pg_desc", "pg_ranks"]).to_pylist():
         if row["pg_ranks"] and row["pg_name"] not in groups:
             groups[row["pg_name"]] = GroupMembers(
                 name=row["pg_name"],
@@ -62,16 +60,4 @@ def _update_manifest(archive: Path, job: str, incident: str, table: pa.Table) ->
                 ranks=tuple(row["pg_ranks"]),
                 inferred=False,
             )
-    folder = rank_file(archive, job, incident, 0).parent
-    ranks = sorted(int(p.stem.removeprefix("rank-")) for p in folder.glob("rank-*.parquet"))
-    expected = {r for g in groups.values() for r in g.ranks}
-    write_manifest(
-        archive,
-        Manifest(
-            job=job,
-            incident=incident,
-            ranks=tuple(ranks),
-            missing_ranks=tuple(sorted(expected - set(ranks))),
-            groups=tuple(groups[name] for name in sorted(groups)),
-        ),
-    )
+    refresh_manifest(archive, job, incident, groups.values())
