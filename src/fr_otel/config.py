@@ -234,18 +234,11 @@ def _first_env(
     return None, None
 
 
-def _check_protocol(value: str) -> str:
-    protocol = value.strip().lower()
-    if protocol not in OTLP_PROTOCOLS:
-        raise ConfigError(f"protocol {value!r} is not supported: use one of {OTLP_PROTOCOLS}")
-    return protocol
-
-
-def _check_compression(value: str) -> str:
-    compression = value.strip().lower()
-    if compression not in OTLP_COMPRESSIONS:
-        raise ConfigError(f"compression {value!r} is not supported: use one of {OTLP_COMPRESSIONS}")
-    return compression
+def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> str:
+    choice = value.strip().lower()
+    if choice not in choices:
+        raise ConfigError(f"{what} {value!r} is not supported: use one of {choices}")
+    return choice
 
 
 def _check_http_url(value: str) -> str:
@@ -283,17 +276,23 @@ def parse_otlp_headers(text: str, *, variable: str = "headers") -> dict[str, str
     return headers
 
 
-def _env_protocol(env: Mapping[str, str]) -> str:
-    variable, value = _first_env(
-        env, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL
-    )
+def _env_choice(
+    env: Mapping[str, str],
+    specific: str,
+    generic: str,
+    what: str,
+    choices: tuple[str, ...],
+    default: str,
+) -> str:
+    """One of ``choices`` from the variables; a bad value warns and falls back."""
+    variable, value = _first_env(env, specific, generic)
     if variable is None or value is None:
-        return DEFAULT_OTLP_PROTOCOL
+        return default
     try:
-        return _check_protocol(value)
+        return _check_choice(what, value, choices)
     except ConfigError as exc:
         logger.warning("ignoring %s: %s", variable, exc)
-        return DEFAULT_OTLP_PROTOCOL
+        return default
 
 
 def _env_endpoint(env: Mapping[str, str], protocol: str) -> str | None:
@@ -311,19 +310,6 @@ def _env_endpoint(env: Mapping[str, str], protocol: str) -> str | None:
         # the signal-specific URL is used as-is; the generic one is a base URL
         return url if variable == OTEL_EXPORTER_OTLP_TRACES_ENDPOINT else _append_traces_path(url)
     return None
-
-
-def _env_compression(env: Mapping[str, str]) -> str:
-    variable, value = _first_env(
-        env, OTEL_EXPORTER_OTLP_TRACES_COMPRESSION, OTEL_EXPORTER_OTLP_COMPRESSION
-    )
-    if variable is None or value is None:
-        return DEFAULT_OTLP_COMPRESSION
-    try:
-        return _check_compression(value)
-    except ConfigError as exc:
-        logger.warning("ignoring %s: %s", variable, exc)
-        return DEFAULT_OTLP_COMPRESSION
 
 
 def _env_timeout_s(env: Mapping[str, str]) -> float:
@@ -374,7 +360,18 @@ def otlp_settings(
     Collector's address works as an argument; the environment follows the SDK rules.
     """
     env = _env(environ)
-    resolved_protocol = _check_protocol(protocol) if protocol is not None else _env_protocol(env)
+    resolved_protocol = (
+        _check_choice("protocol", protocol, OTLP_PROTOCOLS)
+        if protocol is not None
+        else _env_choice(
+            env,
+            OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+            OTEL_EXPORTER_OTLP_PROTOCOL,
+            "protocol",
+            OTLP_PROTOCOLS,
+            DEFAULT_OTLP_PROTOCOL,
+        )
+    )
     if endpoint is not None:
         url = endpoint.strip()
         if not url:
@@ -411,7 +408,16 @@ def otlp_settings(
         protocol=resolved_protocol,
         headers=resolved_headers,
         compression=(
-            _check_compression(compression) if compression is not None else _env_compression(env)
+            _check_choice("compression", compression, OTLP_COMPRESSIONS)
+            if compression is not None
+            else _env_choice(
+                env,
+                OTEL_EXPORTER_OTLP_TRACES_COMPRESSION,
+                OTEL_EXPORTER_OTLP_COMPRESSION,
+                "compression",
+                OTLP_COMPRESSIONS,
+                DEFAULT_OTLP_COMPRESSION,
+            )
         ),
         timeout_s=resolved_timeout,
         certificate=_env_path(

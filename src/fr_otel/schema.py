@@ -168,9 +168,6 @@ RECORD_SCHEMA: pa.Schema = pa.schema(
 
 COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 
-PARTITION_KEYS: tuple[str, ...] = ("job", "incident")
-"""Hive partition keys of an archive, outermost first."""
-
 SOURCE_FORMATS = frozenset({"pickle", "json", "recorder", "simulator", "otlp"})
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -13,8 +12,6 @@ from fr_otel.analysis.source import Incident, open_source
 from fr_otel.analysis.sqlfiles import run_file, sql_files
 from fr_otel.archive.manifest import Manifest
 from fr_otel.stacks import trimmed
-
-SqlTracer = Callable[[str], None]
 
 
 def _groups(connection: duckdb.DuckDBPyConnection) -> dict[int, GroupRef]:
