@@ -42,3 +42,10 @@ def test_every_command_is_in_the_readme_and_has_help(name: str) -> None:
 @pytest.mark.parametrize("variable", config.ALL_VARIABLES)
 def test_every_variable_is_in_the_readme(variable: str) -> None:
     assert f"| `{variable}` |" in README
+
+
+def test_every_span_attribute_is_in_the_span_model_doc() -> None:
+    from fr_otel.otel import model
+
+    doc = (ROOT / "docs" / "span-model.md").read_text()
+    assert [a for a in model.SPAN_ATTRIBUTES if f"`{a}`" not in doc] == []

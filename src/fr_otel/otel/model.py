@@ -102,7 +102,7 @@ SPAN_ATTRIBUTES: Final = (
     FINDING_INDEX,
     FINDING_CONSEQUENCE_OF,
 )
-"""Every span attribute fr_otel may set (docs and dashboards are checked against it)."""
+"""Every span attribute fr_otel may set (a test checks that docs/span-model.md names each)."""
 
 
 def trace_key(
