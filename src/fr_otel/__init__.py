@@ -6,7 +6,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["RECORD_SCHEMA", "__version__", "analyze", "import_dumps"]
+__all__ = ["RECORD_SCHEMA", "__version__", "analyze", "import_dumps", "install"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,6 +19,10 @@ def __getattr__(name: str) -> Any:
         from fr_otel.analysis import analyze
 
         return analyze
+    if name == "install":
+        from fr_otel.recorder import install
+
+        return install
     if name == "import_dumps":
         from fr_otel.archive import import_dumps
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from fr_otel.errors import ConfigError
@@ -434,3 +435,227 @@ def otlp_settings(
 
 
 ALL_VARIABLES = ALL_VARIABLES + OTLP_VARIABLES
+
+
+# --- the in-rank recorder -----------------------------------------------------------------
+
+FR_OTEL_MODE = "FR_OTEL_MODE"
+"""``incident`` (default): spans only when an incident happens. ``continuous``: every
+completed collective also becomes a span, exported in batches from a background thread."""
+
+FR_OTEL_BUFFER_SIZE = "FR_OTEL_BUFFER_SIZE"
+"""Entries kept per rank in the recorder's ring buffer. Default: 20000 (torchtitan's FR size)."""
+
+FR_OTEL_FLUSH_DEADLINE = "FR_OTEL_FLUSH_DEADLINE"
+"""Seconds each rank has to flush its buffer once an incident is known. Default: 5."""
+
+FR_OTEL_TIMEOUT = "FR_OTEL_TIMEOUT"
+"""Seconds a collective may stay pending before the recorder calls it an incident. Default:
+the process group's own timeout. Set it below torch's to flush before torch aborts."""
+
+FR_OTEL_STACK_DEPTH = "FR_OTEL_STACK_DEPTH"
+"""Python frames kept per collective's call site (user frames, innermost first). Default: 8."""
+
+FR_OTEL_EXPORT_INTERVAL = "FR_OTEL_EXPORT_INTERVAL"
+"""Continuous mode: seconds between span batches. Default: 1."""
+
+FR_OTEL_RING_DIR = "FR_OTEL_RING_DIR"
+"""Where each rank keeps its memory-mapped ring buffer, which outlives a crashed rank.
+Default: ``<archive>/_rings``. Keep it on a local disk."""
+
+FR_OTEL_TRIGGER_SIGNAL = "FR_OTEL_TRIGGER_SIGNAL"
+"""Signal an operator sends a rank to declare an incident (``SIGUSR2`` by default; ``none``
+to leave signals alone). Only installed when the signal has no handler yet."""
+
+FR_OTEL_DISABLE = "FR_OTEL_DISABLE"
+"""``1`` makes ``install()`` and ``fr-otel run`` do nothing (a kill switch for launchers)."""
+
+RECORDER_VARIABLES: tuple[str, ...] = (
+    FR_OTEL_MODE,
+    FR_OTEL_BUFFER_SIZE,
+    FR_OTEL_FLUSH_DEADLINE,
+    FR_OTEL_TIMEOUT,
+    FR_OTEL_STACK_DEPTH,
+    FR_OTEL_EXPORT_INTERVAL,
+    FR_OTEL_RING_DIR,
+    FR_OTEL_TRIGGER_SIGNAL,
+    FR_OTEL_DISABLE,
+)
+
+ALL_VARIABLES = ALL_VARIABLES + RECORDER_VARIABLES
+
+RECORDER_MODES = ("incident", "continuous")
+DEFAULT_BUFFER_SIZE = 20_000
+DEFAULT_FLUSH_DEADLINE_S = 5.0
+DEFAULT_STACK_DEPTH = 8
+DEFAULT_EXPORT_INTERVAL_S = 1.0
+DEFAULT_TRIGGER_SIGNAL = "SIGUSR2"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecorderSettings:
+    """Everything the in-rank recorder needs; ``install(**overrides)`` takes these names."""
+
+    mode: str = "incident"
+    buffer_size: int = DEFAULT_BUFFER_SIZE
+    flush_deadline_s: float = DEFAULT_FLUSH_DEADLINE_S
+    timeout_s: float | None = None
+    """None: each process group's own timeout."""
+    stack_depth: int = DEFAULT_STACK_DEPTH
+    export_interval_s: float = DEFAULT_EXPORT_INTERVAL_S
+    archive: Path = DEFAULT_ARCHIVE
+    ring_dir: Path | None = None
+    """None: ``<archive>/_rings``."""
+    job: str = DEFAULT_JOB
+    trigger_signal: str | None = DEFAULT_TRIGGER_SIGNAL
+    otlp: OtlpSettings | None = None
+    """None: no OTLP, the archive only."""
+
+    @property
+    def rings(self) -> Path:
+        return self.ring_dir if self.ring_dir is not None else self.archive / "_rings"
+
+    @property
+    def spool_dir(self) -> Path:
+        """Same place ``fr-otel export`` spools to, so ``fr-otel export --resend`` finds it."""
+        return self.archive / "_spool"
+
+
+def _env_number(
+    env: Mapping[str, str], variable: str, default: Any, kind: type, minimum: float
+) -> Any:
+    value = env.get(variable, "").strip()
+    if not value:
+        return default
+    try:
+        number = kind(value)
+        if number >= minimum and number != float("inf"):
+            return number
+    except ValueError:
+        pass
+    logger.warning("ignoring %s=%r: expected a %s >= %s", variable, value, kind.__name__, minimum)
+    return default
+
+
+def _check_override(name: str, value: Any) -> Any:
+    """An explicit ``install()`` argument: wrong values raise, naming the argument."""
+    if name == "mode":
+        return _check_choice("mode", str(value), RECORDER_MODES)
+    if name in ("buffer_size", "stack_depth") and (not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    if name in ("flush_deadline_s", "export_interval_s", "timeout_s"):
+        if value is None and name == "timeout_s":
+            return None
+        if not isinstance(value, int | float) or not value > 0:
+            raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        return float(value)
+    if name in ("archive", "ring_dir"):
+        return None if value is None else Path(value)
+    if name == "job":
+        return validate_partition_value("job", str(value))
+    return value
+
+
+def recorder_settings(
+    overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> RecorderSettings:
+    """The recorder's settings: ``install()`` arguments > environment > defaults.
+
+    An unknown override name or a bad override value raises ``ConfigError``; a bad value in
+    the environment warns and falls back (a typo in a launcher must not kill training).
+    """
+    env = _env(environ)
+    overrides = dict(overrides or {})
+    known = {f for f in RecorderSettings.__dataclass_fields__}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"unknown recorder setting(s) {unknown}: use {sorted(known)}")
+    signal_name = env.get(FR_OTEL_TRIGGER_SIGNAL, DEFAULT_TRIGGER_SIGNAL).strip()
+    from_env: dict[str, Any] = {
+        "mode": _env_choice(env, FR_OTEL_MODE, FR_OTEL_MODE, "mode", RECORDER_MODES, "incident"),
+        "buffer_size": _env_number(env, FR_OTEL_BUFFER_SIZE, DEFAULT_BUFFER_SIZE, int, 1),
+        "flush_deadline_s": _env_number(
+            env, FR_OTEL_FLUSH_DEADLINE, DEFAULT_FLUSH_DEADLINE_S, float, 0.001
+        ),
+        "timeout_s": _env_number(env, FR_OTEL_TIMEOUT, None, float, 0.001),
+        "stack_depth": _env_number(env, FR_OTEL_STACK_DEPTH, DEFAULT_STACK_DEPTH, int, 1),
+        "export_interval_s": _env_number(
+            env, FR_OTEL_EXPORT_INTERVAL, DEFAULT_EXPORT_INTERVAL_S, float, 0.001
+        ),
+        "archive": archive_dir(None, env),
+        "ring_dir": Path(env[FR_OTEL_RING_DIR]) if env.get(FR_OTEL_RING_DIR, "").strip() else None,
+        "job": job_name(None, env),
+        "trigger_signal": None if signal_name.lower() in ("", "none", "0") else signal_name,
+    }
+    for name, value in overrides.items():
+        if name != "otlp":
+            from_env[name] = _check_override(name, value)
+    otlp = overrides["otlp"] if "otlp" in overrides else otlp_settings(environ=env)
+    return RecorderSettings(**from_env, otlp=otlp)
+
+
+def recorder_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """FR_OTEL_DISABLE is set to a true value."""
+    return _env(environ).get(FR_OTEL_DISABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+# --- torch's Flight Recorder variables the recorder sets when the user has not -------------
+
+TORCH_FR_BUFFER_SIZE = "TORCH_FR_BUFFER_SIZE"
+TORCH_NCCL_TRACE_BUFFER_SIZE = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+TORCH_NCCL_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
+TORCH_FR_DUMP_TEMP_FILE = "TORCH_FR_DUMP_TEMP_FILE"
+TORCH_NCCL_DEBUG_INFO_TEMP_FILE = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+TORCH_NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+TORCH_DUMP_FILE_NAME = "comm_lib_trace_rank_"
+"""torch appends the global rank to ``TORCH_FR_DUMP_TEMP_FILE``."""
+
+
+def torch_fr_environment(
+    settings: RecorderSettings, environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """What to set in the environment so torch's FR helps: (variables, warnings).
+
+    Only unset variables are set, except ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``: with it
+    the watchdog's abort destroys the dump ("broken promise", pytorch#121055), so it is
+    raised to 3 (torchtitan's choice) with a warning. torch reads these when a process
+    group is created, so install the recorder before ``init_process_group``.
+    """
+    env = _env(environ)
+    updates: dict[str, str] = {}
+    warnings: list[str] = []
+    if not (env.get(TORCH_FR_BUFFER_SIZE) or env.get(TORCH_NCCL_TRACE_BUFFER_SIZE)):
+        updates[TORCH_FR_BUFFER_SIZE] = str(settings.buffer_size)
+    if not env.get(TORCH_NCCL_DUMP_ON_TIMEOUT):
+        updates[TORCH_NCCL_DUMP_ON_TIMEOUT] = "1"
+    if not (env.get(TORCH_FR_DUMP_TEMP_FILE) or env.get(TORCH_NCCL_DEBUG_INFO_TEMP_FILE)):
+        folder = settings.rings / f"job={settings.job}"
+        updates[TORCH_FR_DUMP_TEMP_FILE] = str(folder.absolute() / TORCH_DUMP_FILE_NAME)
+    if env.get(TORCH_NCCL_ASYNC_ERROR_HANDLING, "").strip() == "1":
+        updates[TORCH_NCCL_ASYNC_ERROR_HANDLING] = "3"
+        warnings.append(
+            f"{TORCH_NCCL_ASYNC_ERROR_HANDLING}=1 loses Flight Recorder dumps on timeout"
+            " (pytorch#121055); fr_otel set it to 3"
+        )
+    return updates, warnings
+
+
+def torch_dump_prefix(environ: Mapping[str, str] | None = None) -> str | None:
+    """The prefix torch writes its dump-on-timeout file to (the rank is appended)."""
+    env = _env(environ)
+    for variable in (TORCH_FR_DUMP_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE):
+        value = env.get(variable, "").strip()
+        if value:
+            return value
+    return None
+
+
+FR_OTEL_AUTOINSTALL = "FR_OTEL_AUTOINSTALL"
+"""Set by ``fr-otel run`` for the processes it starts: install the recorder in each
+process that imports ``torch.distributed``. Not meant to be set by hand."""
+
+ALL_VARIABLES = (*ALL_VARIABLES, FR_OTEL_AUTOINSTALL)
+
+
+def autoinstall_requested(environ: Mapping[str, str] | None = None) -> bool:
+    return _env(environ).get(FR_OTEL_AUTOINSTALL) == "1" and not recorder_disabled(environ)

@@ -17,6 +17,7 @@ from fr_otel.cli.analyze_cmd import analyze_
 from fr_otel.cli.demo_cmd import demo
 from fr_otel.cli.export_cmd import export
 from fr_otel.cli.import_cmd import import_
+from fr_otel.cli.run_cmd import run
 from fr_otel.cli.simulate_cmd import simulate
 from fr_otel.cli.sql_cmd import sql
 
@@ -42,6 +43,7 @@ cli.add_command(sql)
 cli.add_command(export)
 cli.add_command(simulate)
 cli.add_command(demo)
+cli.add_command(run)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,68 @@
+"""``fr-otel run -- CMD``: run a training command with the recorder in every rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fr_otel import config
+
+
+@click.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--mode",
+    type=click.Choice(config.RECORDER_MODES),
+    default=None,
+    help="incident: spans only on an incident (default); continuous: every collective.",
+)
+@click.option(
+    "--archive",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=f"Parquet archive (default: ${config.FR_OTEL_ARCHIVE} or ./fr-otel-archive).",
+)
+@click.option("--job", default=None, help=f"Job name (default: ${config.FR_OTEL_JOB}).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[str, ...]) -> int:
+    """Run COMMAND (torchrun, python, srun ...) with the recorder installed in every rank.
+
+    No code change: each Python process that imports torch.distributed installs the
+    recorder. When a rank has an incident, every rank flushes its buffer into the archive
+    (and over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set). Exits with COMMAND's code.
+
+    Example: fr-otel run --job llama -- torchrun --nproc-per-node 8 train.py
+    """
+    from fr_otel.recorder.launcher import run as run_command
+
+    overrides: dict[str, str] = {}
+    if mode is not None:
+        overrides[config.FR_OTEL_MODE] = mode
+    if archive is not None:
+        overrides[config.FR_OTEL_ARCHIVE] = str(archive)
+    if job is not None:
+        overrides[config.FR_OTEL_JOB] = config.validate_partition_value("job", job)
+    if config.recorder_disabled():
+        click.echo(f"fr-otel: {config.FR_OTEL_DISABLE} is set: no recorder", err=True)
+    try:
+        result = run_command(command, overrides)
+    except FileNotFoundError as exc:
+        raise click.ClickException(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    settings = result.settings
+    for report in result.late_flushes:
+        click.echo(
+            f"fr-otel: flushed the ring of rank {report.rank} (died without flushing)"
+            f" into incident {report.incident}",
+            err=True,
+        )
+    for incident in result.incidents:
+        click.echo(
+            f"fr-otel: incident {incident} archived in {settings.archive};"
+            f" diagnose it with: fr-otel analyze {settings.archive}"
+            f" --job {settings.job} --incident {incident}",
+            err=True,
+        )
+    return result.returncode

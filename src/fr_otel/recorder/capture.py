@@ -1,0 +1,381 @@
+"""Hooks on ``torch.distributed``'s collective and point-to-point functions.
+
+Each public function (``all_reduce``, ``send``, ``batch_isend_irecv``'s ``isend`` ...) is
+replaced, in ``torch.distributed`` and in ``torch.distributed.distributed_c10d`` (whose own
+helpers call through the module globals), by a wrapper that writes one ring slot before
+the call and marks it done after. That records what gloo's Flight Recorder loses: group
+membership, completion, the Python call site and send/recv.
+
+The wrapper's cost is what training pays, so it does only dictionary lookups for anything
+seen before, and it never lets an error of its own reach the caller: a failure in the
+recorder is logged once and counted, and the collective runs unrecorded.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any
+
+from fr_otel.recorder.ring import COMPLETED, FAILED, SCHEDULED, STARTED, GroupInfo, Signature
+from fr_otel.stacks import is_library_frame
+
+if TYPE_CHECKING:
+    from fr_otel.recorder.recorder import Recorder
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    op: str
+    inputs: str | None
+    """Parameter holding the input tensor(s)."""
+    outputs: str | None
+    kind: str = "collective"
+    """``collective``, ``send`` or ``recv``."""
+    blocking: bool = True
+    """False for isend/irecv (always asynchronous)."""
+
+
+SPECS: dict[str, _Spec] = {
+    "broadcast": _Spec("broadcast", "tensor", "tensor"),
+    "all_reduce": _Spec("all_reduce", "tensor", "tensor"),
+    "all_reduce_coalesced": _Spec("all_reduce_coalesced", "tensors", "tensors"),
+    "reduce": _Spec("reduce", "tensor", "tensor"),
+    "all_gather": _Spec("all_gather", "tensor", "tensor_list"),
+    "all_gather_single": _Spec("all_gather_into_tensor", "input_tensor", "output_tensor"),
+    "all_gather_into_tensor": _Spec("all_gather_into_tensor", "input_tensor", "output_tensor"),
+    "_all_gather_base": _Spec("_all_gather_base", "input_tensor", "output_tensor"),
+    "all_gather_coalesced": _Spec(
+        "all_gather_coalesced", "input_tensor_list", "output_tensor_lists"
+    ),
+    "gather": _Spec("gather", "tensor", "gather_list"),
+    "scatter": _Spec("scatter", "scatter_list", "tensor"),
+    "reduce_scatter": _Spec("reduce_scatter", "input_list", "output"),
+    "reduce_scatter_single": _Spec("reduce_scatter_tensor", "input", "output"),
+    "reduce_scatter_tensor": _Spec("reduce_scatter_tensor", "input", "output"),
+    "_reduce_scatter_base": _Spec("_reduce_scatter_base", "input", "output"),
+    "all_to_all_single": _Spec("all_to_all_single", "input", "output"),
+    "all_to_all": _Spec("all_to_all", "input_tensor_list", "output_tensor_list"),
+    "barrier": _Spec("barrier", None, None),
+    "send": _Spec("send", "tensor", None, kind="send"),
+    "recv": _Spec("recv", None, "tensor", kind="recv"),
+    "isend": _Spec("send", "tensor", None, kind="send", blocking=False),
+    "irecv": _Spec("recv", None, "tensor", kind="recv", blocking=False),
+}
+"""Function name -> how to read its arguments. Nested calls (``all_gather_into_tensor``
+calling ``all_gather_single``) are recorded once, as the outermost."""
+
+_DEVICE_OF_BACKEND = {"nccl": "cuda", "xccl": "xpu"}
+_ASYNC_BACKENDS = frozenset({"nccl", "xccl"})
+"""Backends whose blocking calls return once the op is queued on a stream, not when it is
+done: their completion comes from the work's future (async ops) or from FR's dump."""
+
+
+def _dtype_name(dtype: Any, cache: dict[Any, str] = {}) -> str:  # noqa: B006 - a cache
+    name = cache.get(dtype)
+    if name is None:
+        import torch
+
+        # c10's ScalarType names, as FR writes them: "Float", "BFloat16", "Long"
+        name = torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")
+        cache[dtype] = name
+    return name
+
+
+def _tensors(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        out: list[Any] = []
+        for item in value:
+            out.extend(_tensors(item))
+        return out
+    return [value] if hasattr(value, "shape") else []
+
+
+def _shape_key(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return tuple(_shape_key(item) for item in value)
+    shape = getattr(value, "shape", None)
+    return (shape, value.dtype) if shape is not None else None
+
+
+class _Hook:
+    """One patched function: argument positions resolved once, at install."""
+
+    def __init__(self, name: str, spec: _Spec, original: Callable[..., Any]) -> None:
+        self.name = name
+        self.spec = spec
+        self.original = original
+        params = list(inspect.signature(original).parameters)
+        self.positions = {p: i for i, p in enumerate(params)}
+
+    def arg(self, args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None) -> Any:
+        if name is None:
+            return None
+        if name in kwargs:
+            return kwargs[name]
+        position = self.positions.get(name)
+        if position is not None and position < len(args):
+            return args[position]
+        return None
+
+
+class Capture:
+    """Patches ``torch.distributed`` for one recorder; ``unpatch`` restores it."""
+
+    def __init__(self, recorder: Recorder, stack_depth: int) -> None:
+        self.recorder = recorder
+        self.stack_depth = stack_depth
+        self._local = threading.local()
+        self._patched: list[tuple[Any, str, Any]] = []
+        self._groups: dict[Any, tuple[int, GroupInfo, int]] = {}
+        """group argument (None = default) -> (index, info, timeout ns)."""
+        self._seq: list[int] = []
+        self._p2p_seq: list[int] = []
+        self._library: dict[CodeType, bool] = {}
+        self.inflight: dict[int, tuple[int, int]] = {}
+        """record id -> (started ns, timeout ns) of the blocking calls in progress."""
+        self.errors = 0
+        self._warned = False
+
+    # --- patching ----------------------------------------------------------------------
+
+    def patch(self) -> None:
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        for name, spec in SPECS.items():
+            original = getattr(c10d, name, None)
+            if original is None:
+                continue
+            wrapper = self._wrapper(_Hook(name, spec, original))
+            self._patched.append((c10d, name, original))
+            setattr(c10d, name, wrapper)
+            if getattr(dist, name, None) is original:
+                self._patched.append((dist, name, original))
+                setattr(dist, name, wrapper)
+        destroy = c10d.destroy_process_group
+
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            self._groups.clear()  # ids may be reused by the next groups
+            return destroy(*args, **kwargs)
+
+        modules: tuple[Any, ...] = (c10d, dist)
+        for module in modules:
+            if getattr(module, "destroy_process_group", None) is destroy:
+                self._patched.append((module, "destroy_process_group", destroy))
+                module.destroy_process_group = destroy_process_group
+
+    def unpatch(self) -> None:
+        for module, name, original in reversed(self._patched):
+            setattr(module, name, original)
+        self._patched.clear()
+
+    def _failed_internally(self, exc: BaseException) -> None:
+        self.errors += 1
+        if not self._warned:
+            self._warned = True
+            logger.warning("fr_otel recorder error (collective not recorded): %r", exc)
+
+    def _wrapper(self, hook: _Hook) -> Callable[..., Any]:
+        local = self._local
+        begin, done, failed = self._begin, self._done, self._failed
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if getattr(local, "depth", 0):
+                return hook.original(*args, **kwargs)
+            local.depth = 1
+            try:
+                try:
+                    token = begin(hook, args, kwargs)
+                except Exception as exc:
+                    self._failed_internally(exc)
+                    token = None
+                try:
+                    result = hook.original(*args, **kwargs)
+                except Exception as exc:
+                    if token is not None:
+                        failed(token, exc)
+                    raise
+                if token is not None:
+                    done(token, result)
+                return result
+            finally:
+                local.depth = 0
+
+        wrapper.__name__ = hook.original.__name__
+        wrapper.__qualname__ = hook.original.__qualname__
+        wrapper.__doc__ = hook.original.__doc__
+        wrapper.__wrapped__ = hook.original  # type: ignore[attr-defined]
+        return wrapper
+
+    # --- recording ---------------------------------------------------------------------
+
+    def _group(self, group: Any) -> tuple[int, GroupInfo, int] | None:
+        known = self._groups.get(group)
+        if known is not None:
+            return known
+        from torch.distributed import distributed_c10d as c10d
+
+        if not c10d.is_initialized():
+            return None
+        writer = self.recorder.writer()
+        if writer is None:
+            return None
+        pg = group if group is not None else c10d._get_default_group()
+        if c10d._rank_not_in_group(pg):
+            return None
+        backend = str(c10d.get_backend(pg))
+        ranks = tuple(c10d.get_process_group_ranks(pg))
+        timeout_ns = 0
+        try:
+            import torch
+
+            options = pg._get_backend(torch.device(_DEVICE_OF_BACKEND.get(backend, "cpu"))).options
+            timeout_ns = int(options._timeout.total_seconds() * 1e9)
+        except Exception:  # some backends expose no options
+            timeout_ns = int(c10d._get_default_timeout(c10d.Backend(backend)).total_seconds() * 1e9)
+        info = GroupInfo(
+            name=c10d._get_process_group_name(pg),
+            desc=getattr(pg, "group_desc", None),
+            ranks=ranks,
+            backend=backend,
+            timeout_ms=timeout_ns // 1_000_000,
+        )
+        index = writer.intern_group((info.name, ranks), info)
+        while len(self._seq) <= index:
+            self._seq.append(0)
+            self._p2p_seq.append(0)
+        limit = self.recorder.settings.timeout_s
+        known = (index, info, int(limit * 1e9) if limit is not None else timeout_ns)
+        self._groups[group] = known
+        return known
+
+    def _site(self, frame: FrameType | None) -> tuple[Any, list[tuple[str, str, int]] | None]:
+        library = self._library
+        key: list[tuple[CodeType, int]] = []
+        while frame is not None and len(key) < self.stack_depth:
+            code = frame.f_code
+            is_library = library.get(code)
+            if is_library is None:
+                is_library = library[code] = is_library_frame({"filename": code.co_filename})
+            if not is_library:
+                key.append((code, frame.f_lineno))
+            frame = frame.f_back
+        frozen = tuple(key)
+        return frozen, None
+
+    def _begin(
+        self, hook: _Hook, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[int, int, bool] | None:
+        group = hook.arg(args, kwargs, "group")
+        known = self._groups.get(group) or self._group(group)
+        if known is None:
+            return None
+        index, info, timeout_ns = known
+        writer = self.recorder.writer()
+        if writer is None:
+            return None
+        spec = hook.spec
+        inputs = hook.arg(args, kwargs, spec.inputs)
+        outputs = hook.arg(args, kwargs, spec.outputs)
+        sig_key = (spec.op, _shape_key(inputs), _shape_key(outputs))
+        signature = writer.signatures.get(sig_key)
+        if signature is None:
+            ins, outs = _tensors(inputs), _tensors(outputs)
+            signature = writer.intern_signature(
+                sig_key,
+                Signature(
+                    op=spec.op,
+                    input_sizes=[list(t.shape) for t in ins],
+                    output_sizes=[list(t.shape) for t in outs],
+                    input_dtypes=[_dtype_name(t.dtype) for t in ins],
+                    output_dtypes=[_dtype_name(t.dtype) for t in outs],
+                    is_p2p=spec.kind != "collective",
+                ),
+            )
+        site_key, _ = self._site(sys._getframe(2))
+        site = writer.sites.get(site_key)
+        if site is None:
+            site = writer.intern_site(
+                site_key,
+                [(code.co_name, code.co_filename, line) for code, line in site_key],
+            )
+        peer = -1
+        if spec.kind == "collective":
+            self._seq[index] += 1
+        else:
+            self._p2p_seq[index] += 1
+            peer = self._peer(hook, args, kwargs, info)
+        is_async = not spec.blocking or bool(hook.arg(args, kwargs, "async_op"))
+        queued_only = info.backend in _ASYNC_BACKENDS and not is_async
+        record = writer.begin(
+            index,
+            self._seq[index],
+            self._p2p_seq[index],
+            signature,
+            site,
+            peer,
+            SCHEDULED if queued_only else STARTED,
+        )
+        if not queued_only:
+            self.inflight[record] = (time.monotonic_ns(), timeout_ns)
+        return record, index, is_async if not queued_only else None  # type: ignore[return-value]
+
+    @staticmethod
+    def _peer(hook: _Hook, args: tuple[Any, ...], kwargs: dict[str, Any], info: GroupInfo) -> int:
+        peer = hook.arg(args, kwargs, "dst" if hook.spec.kind == "send" else "src")
+        if peer is not None:
+            return int(peer)
+        local = hook.arg(args, kwargs, "group_dst" if hook.spec.kind == "send" else "group_src")
+        if local is not None and info.ranks is not None and 0 <= local < len(info.ranks):
+            return int(info.ranks[local])
+        return -1
+
+    def _done(self, token: tuple[int, int, bool | None], result: Any) -> None:
+        record, _, is_async = token
+        writer = self.recorder.writer()
+        if writer is None:
+            return
+        if is_async is None:
+            return  # queued on a stream: FR's dump knows when it finished
+        if not is_async or result is None:
+            self.inflight.pop(record, None)
+            writer.finish(record, COMPLETED)
+            return
+        try:
+            future = result.get_future()
+        except Exception:  # a work without a future: leave it in flight
+            return
+
+        def settled(fut: Any) -> None:
+            self.inflight.pop(record, None)
+            try:
+                fut.value()
+            except Exception as exc:  # reported as the op's failure
+                writer.finish(record, FAILED)
+                writer.note_error(record, repr(exc))
+                return
+            writer.finish(record, COMPLETED)
+
+        future.add_done_callback(settled)
+
+    def _failed(self, token: tuple[int, int, bool | None], exc: BaseException) -> None:
+        record = token[0]
+        self.inflight.pop(record, None)
+        writer = self.recorder.writer()
+        if writer is not None:
+            writer.finish(record, FAILED)
+            writer.note_error(record, repr(exc))
+        self.recorder.collective_failed(record, exc)

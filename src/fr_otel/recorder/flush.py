@@ -1,0 +1,139 @@
+"""One ring out to everywhere it must go: the Parquet archive, OTLP (or the spool), and
+the raw Flight Recorder dump where torch has one. Bounded by a deadline, never raising."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from fr_otel.archive.layout import partition_dir
+from fr_otel.archive.rows import write_rows
+from fr_otel.config import RecorderSettings
+from fr_otel.otel.transport import RequestExporter
+from fr_otel.recorder.ring import RingContents
+from fr_otel.recorder.table import ring_table
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class FlushReport:
+    """What one ring's flush did."""
+
+    rank: int
+    incident: str
+    entries: int = 0
+    archived: Path | None = None
+    spans_sent: int = 0
+    spans_spooled: int = 0
+    raw_dump: Path | None = None
+    problems: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.archived is not None and not self.problems
+
+
+def raw_dump_dir(settings: RecorderSettings, incident: str) -> Path:
+    """Raw FR dumps of an incident, named as torch names them (``fr-otel import`` and
+    ``torchfrtrace -p comm_lib_trace_rank_`` both read the folder)."""
+    return partition_dir(settings.archive, settings.job, incident) / "fr"
+
+
+def flush_ring(
+    contents: RingContents,
+    *,
+    settings: RecorderSettings,
+    incident: str,
+    exporter: RequestExporter | None,
+    deadline: float,
+    already_sent: frozenset[int] = frozenset(),
+    raw_dump: bytes | None = None,
+) -> FlushReport:
+    """Archive every record of ``contents`` under ``incident`` and send spans for those
+    not in ``already_sent`` (what continuous mode exported while the job ran).
+
+    ``deadline`` is a ``time.monotonic()`` value. Problems are reported, not raised.
+    """
+    started = time.monotonic()
+    report = FlushReport(rank=contents.rank, incident=incident)
+    table: pa.Table | None = None
+    try:
+        table = ring_table(
+            contents, job=settings.job, incident=incident, dump_time_ns=time.time_ns()
+        )
+        report.entries = table.num_rows
+        written = write_rows(table, settings.archive)
+        report.archived = written[0] if written else None
+        if not written:
+            report.problems.append("no entries to archive")
+    except Exception as exc:  # a full disk must not stop the OTLP path
+        report.problems.append(f"archive: {exc}")
+    if raw_dump is not None:
+        try:
+            folder = raw_dump_dir(settings, incident)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"comm_lib_trace_rank_{contents.rank}"
+            path.write_bytes(raw_dump)
+            report.raw_dump = path
+        except OSError as exc:
+            report.problems.append(f"raw dump: {exc}")
+    if exporter is not None and table is not None:
+        _send(table, already_sent, exporter, deadline, settings, report)
+    report.elapsed_s = time.monotonic() - started
+    return report
+
+
+def _send(
+    table: pa.Table,
+    already_sent: frozenset[int],
+    exporter: RequestExporter,
+    deadline: float,
+    settings: RecorderSettings,
+    report: FlushReport,
+) -> None:
+    import pyarrow.compute as pc
+
+    from fr_otel.otel.spool import spool
+    from fr_otel.otel.transport import send_all
+    from fr_otel.otel.wire import encode_requests_fast
+
+    try:
+        if already_sent:
+            sent_before = pa.array(sorted(already_sent), type=pa.int64())
+            table = table.filter(pc.invert(pc.is_in(table["record_id"], value_set=sent_before)))
+        remaining = max(deadline - time.monotonic(), 0.05)
+        sent = send_all(encode_requests_fast(table), exporter, deadline_s=remaining)
+        report.spans_sent = sent.sent_spans
+        if sent.unsent:
+            spool(sent.unsent, settings.spool_dir)
+            report.spans_spooled = sent.unsent_spans
+    except Exception as exc:  # reported, the archive already holds the rows
+        report.problems.append(f"otlp: {exc}")
+
+
+def torch_fr_dump() -> bytes | None:
+    """This process's own Flight Recorder buffer (without stack traces: symbolising takes
+    seconds), from NCCL's recorder when there is one, else the generic one."""
+    try:
+        from torch._C import _distributed_c10d as c10d_ext
+    except ImportError:
+        return None
+    dump: Any = getattr(c10d_ext, "_dump_nccl_trace", None)
+    generic: Any = getattr(c10d_ext, "_dump_fr_trace", None)
+    for function in (dump, generic):
+        if function is None:
+            continue
+        try:
+            data = function(includeCollectives=True, includeStackTraces=False, onlyActive=False)
+        except Exception:  # NCCL's recorder exists but has no process group
+            continue
+        if data:
+            return bytes(data)
+    return None

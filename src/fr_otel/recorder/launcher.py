@@ -1,0 +1,87 @@
+"""``fr-otel run -- CMD``: the job's command with the recorder in every rank.
+
+The command runs as a child with ``FR_OTEL_AUTOINSTALL=1`` and the ``boot`` folder first on
+``PYTHONPATH`` (``autoinstall``). Relative archive and ring paths are made absolute first,
+so ranks that change directory still write to the same place. After the command ends, the
+launcher flushes the rings of ranks that died without flushing for an incident the job
+declared (all ranks of a host killed at once leave nobody else to do it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fr_otel import config
+from fr_otel.recorder.flush import FlushReport
+
+BOOT_DIR = Path(__file__).resolve().parent / "boot"
+
+
+def child_environment(
+    overrides: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment ``fr-otel run`` gives the command."""
+    env = dict(os.environ if environ is None else environ)
+    env.update(overrides)
+    env[config.FR_OTEL_AUTOINSTALL] = "1"
+    env[config.FR_OTEL_ARCHIVE] = str(config.archive_dir(None, env).absolute())
+    ring_dir = env.get(config.FR_OTEL_RING_DIR, "").strip()
+    if ring_dir:
+        env[config.FR_OTEL_RING_DIR] = str(Path(ring_dir).absolute())
+    paths = [str(BOOT_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+@dataclass(kw_only=True)
+class RunResult:
+    returncode: int
+    settings: config.RecorderSettings
+    incidents: list[str] = field(default_factory=list)
+    late_flushes: list[FlushReport] = field(default_factory=list)
+
+
+def run(command: Sequence[str], overrides: Mapping[str, str]) -> RunResult:
+    """Run ``command`` under the recorder; signals to the launcher reach the command."""
+    env = child_environment(overrides)
+    settings = config.recorder_settings(environ=env)
+    child = subprocess.Popen(list(command), env=env)
+    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    previous = {}
+    for number in forwarded:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            previous[number] = signal.signal(number, lambda n, _f: child.send_signal(n))
+    try:
+        returncode = child.wait()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    return finish(settings, returncode)
+
+
+def finish(settings: config.RecorderSettings, returncode: int) -> RunResult:
+    """Flush, for each incident the job declared, the rings nobody flushed."""
+    from fr_otel.recorder.adopt import flush_dead_rings, known_incidents
+
+    result = RunResult(returncode=returncode, settings=settings)
+    result.incidents = known_incidents(settings)
+    exporter = None
+    if settings.otlp is not None and result.incidents:
+        from fr_otel.otel.transport import exporter_for
+
+        exporter = exporter_for(settings.otlp)
+    for incident in result.incidents:
+        deadline = time.monotonic() + settings.flush_deadline_s
+        result.late_flushes.extend(
+            flush_dead_rings(settings, incident, exporter=exporter, deadline=deadline)
+        )
+    if exporter is not None:
+        exporter.shutdown()
+    return result

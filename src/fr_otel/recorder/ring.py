@@ -1,0 +1,390 @@
+"""The per-rank ring buffer, kept in a memory-mapped file so that it outlives the rank.
+
+A gloo size mismatch kills the receiving rank with ``std::terminate`` on a transport
+thread, NCCL's watchdog aborts, an operator's ``kill -9`` ends a stuck rank: none of these
+lets Python run a single line. The ring therefore lives in the page cache, not in the
+process: every collective is one fixed-size slot written with ``struct.pack_into`` into a
+shared mapping of ``rank-NNNNNN.ring``, and what slots refer to (groups, op signatures,
+call sites, errors) is appended once, as JSON lines, to ``rank-NNNNNN.meta``. Whoever
+reads the files later (a surviving rank, ``fr-otel run``, ``fr-otel import``) gets the
+whole buffer of a rank that died without a word.
+
+While its owner lives the ring file is held under an exclusive ``flock``; the kernel drops
+the lock when the process dies, which is how survivors tell a dead rank's ring apart from
+a live one (a zombie's pid would still answer ``kill(pid, 0)``).
+
+The writer does only what must happen on the training thread: interning (a dict lookup
+for anything seen before) and one ``pack_into``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import mmap
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+MAGIC: Final = b"FROTRNG1"
+_HEADER = struct.Struct("<8sIIq")  # magic, slot size, capacity, created ns
+HEADER_SIZE: Final = 64
+_SLOT = struct.Struct("<qiqqiiiqqb7x")
+# record id, group, collective seq, p2p seq, signature, call site, peer, created, done, state
+SLOT_SIZE: Final = _SLOT.size
+_DONE = struct.Struct("<qb")
+_DONE_OFFSET: Final = 48  # where (done, state) sit inside a slot
+_RECORD_ID = struct.Struct("<q")
+
+EMPTY, SCHEDULED, STARTED, COMPLETED, FAILED = 0, 1, 2, 3, 4
+STATE_NAMES: Final = {SCHEDULED: "scheduled", STARTED: "started", COMPLETED: "completed"}
+"""How slot states map to FR's ``state``; a failed op is ``started`` (it never completed)."""
+
+RING_SUFFIX: Final = ".ring"
+META_SUFFIX: Final = ".meta"
+
+
+def ring_base(ring_dir: Path, job: str, rank: int) -> Path:
+    """``<ring_dir>/job=<job>/rank-NNNNNN`` (add ``.ring`` or ``.meta``)."""
+    return ring_dir / f"job={job}" / f"rank-{rank:06d}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupInfo:
+    name: str
+    desc: str | None
+    ranks: tuple[int, ...] | None
+    backend: str | None
+    timeout_ms: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Signature:
+    """What a collective moved: its op and the shapes and dtypes of its tensors."""
+
+    op: str
+    input_sizes: list[list[int]]
+    output_sizes: list[list[int]]
+    input_dtypes: list[str]
+    output_dtypes: list[str]
+    is_p2p: bool
+
+
+class RingWriter:
+    """Append-only view of one rank's ring and meta files, owned by that rank."""
+
+    def __init__(
+        self, base: Path, *, capacity: int, rank: int, world: int, job: str, backend: str | None
+    ) -> None:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        self.base = base
+        self.capacity = capacity
+        self.rank = rank
+        size = HEADER_SIZE + capacity * SLOT_SIZE
+        self._fd = os.open(base.with_suffix(RING_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            # a rank that restarts with the same number takes its file over
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(self._fd, 0)
+            os.ftruncate(self._fd, size)
+            self._map = mmap.mmap(self._fd, size)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        _HEADER.pack_into(self._map, 0, MAGIC, SLOT_SIZE, capacity, time.time_ns())
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        self._meta = os.open(base.with_suffix(META_SUFFIX), flags, 0o644)
+        self._meta_lock = threading.Lock()
+        self.next_record = 0
+        self.groups: dict[Any, int] = {}
+        self.signatures: dict[Any, int] = {}
+        self.sites: dict[Any, int] = {}
+        self._contents = RingContents(
+            base=base, rank=rank, world=world, job=job, pid=os.getpid(), backend=backend
+        )
+        self._append(
+            {
+                "t": "rank",
+                "rank": rank,
+                "world": world,
+                "job": job,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "backend": backend,
+            }
+        )
+
+    def _append(self, item: dict[str, Any]) -> None:
+        line = (json.dumps(item, separators=(",", ":")) + "\n").encode()
+        with self._meta_lock:
+            os.write(self._meta, line)
+
+    def intern_group(self, key: Any, info: GroupInfo) -> int:
+        index = self.groups.get(key)
+        if index is None:
+            index = len(self.groups)
+            self._append(
+                {
+                    "t": "group",
+                    "i": index,
+                    "name": info.name,
+                    "desc": info.desc,
+                    "ranks": list(info.ranks) if info.ranks is not None else None,
+                    "backend": info.backend,
+                    "timeout_ms": info.timeout_ms,
+                }
+            )
+            self._contents.groups[index] = info
+            self.groups[key] = index
+        return index
+
+    def intern_signature(self, key: Any, signature: Signature) -> int:
+        index = self.signatures.get(key)
+        if index is None:
+            index = len(self.signatures)
+            self._append(
+                {
+                    "t": "sig",
+                    "i": index,
+                    "op": signature.op,
+                    "in": signature.input_sizes,
+                    "out": signature.output_sizes,
+                    "in_dt": signature.input_dtypes,
+                    "out_dt": signature.output_dtypes,
+                    "p2p": signature.is_p2p,
+                }
+            )
+            self._contents.signatures[index] = signature
+            self.signatures[key] = index
+        return index
+
+    def intern_site(self, key: Any, frames: list[tuple[str, str, int]]) -> int:
+        index = self.sites.get(key)
+        if index is None:
+            index = len(self.sites)
+            self._append({"t": "site", "i": index, "frames": frames})
+            self._contents.sites[index] = frames
+            self.sites[key] = index
+        return index
+
+    def begin(
+        self,
+        group: int,
+        seq: int,
+        p2p_seq: int,
+        signature: int,
+        site: int,
+        peer: int,
+        state: int,
+    ) -> int:
+        """Write a new slot; return its record id (``finish`` takes it)."""
+        record = self.next_record
+        self.next_record = record + 1
+        _SLOT.pack_into(
+            self._map,
+            HEADER_SIZE + (record % self.capacity) * SLOT_SIZE,
+            record,
+            group,
+            seq,
+            p2p_seq,
+            signature,
+            site,
+            peer,
+            time.time_ns(),
+            0,
+            state,
+        )
+        return record
+
+    def finish(self, record: int, state: int) -> None:
+        """Mark a record completed or failed, unless the ring has already reused its slot."""
+        offset = HEADER_SIZE + (record % self.capacity) * SLOT_SIZE
+        try:
+            if _RECORD_ID.unpack_from(self._map, offset)[0] == record:
+                _DONE.pack_into(self._map, offset + _DONE_OFFSET, time.time_ns(), state)
+        except ValueError:  # closed at exit while a callback was still running
+            pass
+
+    def note_error(self, record: int, text: str) -> None:
+        self._contents.errors[record] = text[:2000]
+        self._append({"t": "error", "record": record, "text": text[:2000]})
+
+    def note_flushed(self, incident: str) -> None:
+        self._contents.flushed.add(incident)
+        self._append({"t": "flushed", "incident": incident})
+
+    def snapshot(self, first_record: int = 0) -> RingContents:
+        """The records from ``first_record`` on that the ring still holds, decoded, with
+        what they refer to (from memory: no file reads)."""
+        end = self.next_record
+        start = max(first_record, end - self.capacity, 0)
+        slots = []
+        for record in range(start, end):
+            slot = _SLOT.unpack_from(self._map, HEADER_SIZE + (record % self.capacity) * SLOT_SIZE)
+            if slot[0] == record and slot[9] != EMPTY:
+                slots.append(slot)
+        held = self._contents
+        return RingContents(
+            base=held.base,
+            rank=held.rank,
+            world=held.world,
+            job=held.job,
+            pid=held.pid,
+            backend=held.backend,
+            groups=dict(held.groups),
+            signatures=dict(held.signatures),
+            sites=dict(held.sites),
+            errors=dict(held.errors),
+            flushed=set(held.flushed),
+            slots=slots,
+        )
+
+    def sync(self) -> None:
+        """Push the mapping to the file (only needed if the machine, not the process, dies)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._map.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._map.flush()
+            self._map.close()
+        with contextlib.suppress(OSError):
+            os.close(self._meta)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class RingContents:
+    """Everything one rank's files hold, decoded."""
+
+    base: Path
+    rank: int
+    world: int | None = None
+    job: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    backend: str | None = None
+    groups: dict[int, GroupInfo] = field(default_factory=dict)
+    signatures: dict[int, Signature] = field(default_factory=dict)
+    sites: dict[int, list[tuple[str, str, int]]] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+    flushed: set[str] = field(default_factory=set)
+    slots: list[tuple[int, ...]] = field(default_factory=list)
+    """Decoded slots in record order (record id first, as in the file)."""
+
+
+class RingFormatError(ValueError):
+    """A ring or meta file that is not ours or is cut short."""
+
+
+def _read_meta(path: Path, contents: RingContents) -> None:
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                item = json.loads(raw)
+            except ValueError:
+                if raw.endswith(b"\n"):
+                    raise RingFormatError(f"{path}: line {number} is not JSON") from None
+                break  # the owner died while appending this line
+            kind = item.get("t")
+            if kind == "rank":
+                contents.world = item.get("world")
+                contents.job = item.get("job")
+                contents.pid = item.get("pid")
+                contents.host = item.get("host")
+                contents.backend = item.get("backend")
+            elif kind == "group":
+                ranks = item.get("ranks")
+                contents.groups[item["i"]] = GroupInfo(
+                    name=item["name"],
+                    desc=item.get("desc"),
+                    ranks=tuple(ranks) if ranks is not None else None,
+                    backend=item.get("backend"),
+                    timeout_ms=item.get("timeout_ms"),
+                )
+            elif kind == "sig":
+                contents.signatures[item["i"]] = Signature(
+                    op=item["op"],
+                    input_sizes=item["in"],
+                    output_sizes=item["out"],
+                    input_dtypes=item["in_dt"],
+                    output_dtypes=item["out_dt"],
+                    is_p2p=item["p2p"],
+                )
+            elif kind == "site":
+                contents.sites[item["i"]] = [tuple(f) for f in item["frames"]]
+            elif kind == "error":
+                contents.errors[item["record"]] = item["text"]
+            elif kind == "flushed":
+                contents.flushed.add(item["incident"])
+
+
+def read_ring(base: Path, rank: int | None = None) -> RingContents:
+    """Decode ``<base>.ring`` and ``<base>.meta``. Raises ``RingFormatError`` or ``OSError``."""
+    ring = base.with_suffix(RING_SUFFIX)
+    data = ring.read_bytes()
+    if len(data) < HEADER_SIZE or data[:8] != MAGIC:
+        raise RingFormatError(f"{ring}: not an fr_otel ring file")
+    _, slot_size, capacity, _ = _HEADER.unpack_from(data, 0)
+    if slot_size != SLOT_SIZE or len(data) < HEADER_SIZE + capacity * SLOT_SIZE:
+        raise RingFormatError(f"{ring}: truncated or written by another fr_otel version")
+    if rank is None:
+        rank = int(base.name.removeprefix("rank-"))
+    contents = RingContents(base=base, rank=rank)
+    _read_meta(base.with_suffix(META_SUFFIX), contents)
+    slots = [
+        slot
+        for slot in _SLOT.iter_unpack(data[HEADER_SIZE : HEADER_SIZE + capacity * SLOT_SIZE])
+        if slot[9] != EMPTY
+    ]
+    slots.sort()
+    contents.slots = slots
+    return contents
+
+
+def ring_bases(ring_dir: Path, job: str | None = None) -> Iterator[Path]:
+    """Every ring under ``ring_dir`` (one job's, or all), as bases without suffix."""
+    pattern = f"job={job}/rank-*{RING_SUFFIX}" if job else f"job=*/rank-*{RING_SUFFIX}"
+    for path in sorted(ring_dir.glob(pattern)):
+        yield path.with_suffix("")
+
+
+@contextlib.contextmanager
+def adopted(base: Path) -> Iterator[bool]:
+    """Hold a dead rank's ring for flushing: yields False when its owner is alive or
+    someone else holds it (both take the file's lock)."""
+    try:
+        fd = os.open(base.with_suffix(RING_SUFFIX), os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def append_flushed(base: Path, incident: str) -> None:
+    """Record, in a dead rank's meta file, that its buffer went out under ``incident``."""
+    line = json.dumps({"t": "flushed", "incident": incident}, separators=(",", ":")) + "\n"
+    fd = os.open(base.with_suffix(META_SUFFIX), os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)

@@ -1,0 +1,94 @@
+"""Incident ids shared through the job's c10d TCPStore, the side channel every rank already has.
+
+torch itself signals dumps through the same store (key ``exception_dump``). fr_otel opens
+**its own two client connections** to it: a TCPStore client runs one request at a time,
+so a listener blocked in ``wait`` on torch's connection would stall every store call the
+training thread makes (``new_group``, NCCL's own dump polling).
+
+The listener polls with ``check`` rather than blocking in ``wait``: a thread blocked in a
+native call when the interpreter exits aborts the process ("terminate called without an
+active exception", observed with torchrun when one rank finishes before the others), and
+a blocked ``wait`` cannot be interrupted. The poll interval grows with the job
+(``poll_interval``) so that the store's server sees at most ~5,000 checks a second, a
+fifth of what NCCL's own monitors send it.
+
+Keys (under ``fr_otel/``, away from torch's):
+
+* ``incident/<n>``: the id of the job's n-th incident. Whoever declares one writes it with
+  ``compare_set(key, "", candidate)``, so when several ranks time out together the first
+  id wins and every rank learns the same one.
+* ``flushed/<id>``: a counter every rank (or the survivor that flushed a dead rank's ring
+  for it) adds one to, so the declaring rank can wait for the job's flush to finish.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_PREFIX = "fr_otel/"
+
+
+def poll_interval(world: int) -> float:
+    """Seconds between a rank's checks: 0.2 s up to 1,000 ranks, 5 s at 25,000 and more."""
+    return min(max(0.2, world / 5000.0), 5.0)
+
+
+def incident_key(generation: int) -> str:
+    return f"{_PREFIX}incident/{generation}"
+
+
+def flushed_key(incident: str) -> str:
+    return f"{_PREFIX}flushed/{incident}"
+
+
+def tcp_store_address(store: Any) -> tuple[str, int] | None:
+    """(host, port) of the TCPStore under any PrefixStore wrappers, or None."""
+    seen = 0
+    while hasattr(store, "underlying_store") and seen < 16:
+        store = store.underlying_store
+        seen += 1
+    host, port = getattr(store, "host", None), getattr(store, "port", None)
+    if isinstance(host, str) and isinstance(port, int):
+        return host, port
+    return None
+
+
+class SideChannel:
+    """Two private client connections to the job's TCPStore."""
+
+    def __init__(self, host: str, port: int, *, connect_timeout_s: float = 30.0) -> None:
+        from torch._C._distributed_c10d import TCPStore
+
+        def client() -> Any:
+            return TCPStore(
+                host,
+                port,
+                is_master=False,
+                wait_for_workers=False,
+                timeout=datetime.timedelta(seconds=connect_timeout_s),
+            )
+
+        self._requests = client()
+        self._listener = client()
+
+    def declare(self, generation: int, candidate: str) -> str:
+        """Declare incident ``generation`` as ``candidate``; return the id that won."""
+        value = self._requests.compare_set(incident_key(generation), "", candidate)
+        return bytes(value).decode()
+
+    def declared(self, generation: int) -> str | None:
+        """The id of incident ``generation`` if it has been declared, else None."""
+        key = incident_key(generation)
+        if not self._listener.check([key]):
+            return None
+        return bytes(self._listener.get(key)).decode()
+
+    def mark_flushed(self, incident: str) -> int:
+        return int(self._requests.add(flushed_key(incident), 1))
+
+    def flushed(self, incident: str) -> int:
+        return int(self._requests.add(flushed_key(incident), 0))

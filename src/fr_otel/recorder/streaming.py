@@ -1,0 +1,114 @@
+"""Continuous mode: finished collectives leave as spans, in batches, from a background thread.
+
+The ring is the queue: the thread reads the slots written since its last pass, so the
+training thread does nothing for export. The queue is bounded by the ring's size; records
+the ring overwrote before they were sent are counted in ``dropped``. What the Collector
+does not accept in time goes to the spool (``fr-otel export --resend`` or the next pass
+delivers it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from fr_otel.config import RecorderSettings
+from fr_otel.otel.transport import RequestExporter
+from fr_otel.recorder.ring import COMPLETED, FAILED, RingContents, RingWriter
+
+logger = logging.getLogger(__name__)
+
+CONTINUOUS_INCIDENT = ""
+"""The ``incident`` of spans sent while no incident is known."""
+
+
+class SpanStream(threading.Thread):
+    def __init__(
+        self,
+        *,
+        writer: Callable[[], RingWriter | None],
+        settings: RecorderSettings,
+        exporter: RequestExporter,
+    ) -> None:
+        super().__init__(name="fr_otel-export", daemon=True)
+        self._writer = writer
+        self._settings = settings
+        self._exporter = exporter
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.cursor = 0
+        """Every record before it was sent or dropped."""
+        self.sent_ahead: set[int] = set()
+        """Records at or after the cursor that were already sent."""
+        self.sent = 0
+        self.spooled = 0
+        self.dropped = 0
+        self.failures = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        while not self._stop.wait(self._settings.export_interval_s):
+            self.export_once()
+
+    def already_sent(self) -> frozenset[int]:
+        """Records an incident flush need not send again."""
+        with self._lock:
+            return frozenset(self.sent_ahead) | frozenset(range(self.cursor))
+
+    def export_once(self) -> None:
+        with self._lock:
+            try:
+                self._export()
+            except Exception as exc:  # counted; the next pass tries again
+                self.failures += 1
+                if self.failures == 1:
+                    logger.warning("fr_otel continuous export failed: %r", exc)
+
+    def _export(self) -> None:
+        writer = self._writer()
+        if writer is None:
+            return
+        end = writer.next_record
+        oldest = end - writer.capacity
+        if self.cursor < oldest:
+            lost = oldest - self.cursor - sum(1 for r in self.sent_ahead if r < oldest)
+            self.dropped += lost
+            self.cursor = oldest
+            self.sent_ahead = {r for r in self.sent_ahead if r >= oldest}
+        contents = writer.snapshot(self.cursor)
+        finished = [
+            s for s in contents.slots if s[9] in (COMPLETED, FAILED) and s[0] not in self.sent_ahead
+        ]
+        if finished:
+            self._send(contents, finished)
+        # the cursor moves past everything sent, up to the first record still running
+        pending = [s[0] for s in contents.slots if s[9] not in (COMPLETED, FAILED)]
+        self.sent_ahead.update(s[0] for s in finished)
+        self.cursor = min(pending) if pending else end
+        self.sent_ahead = {r for r in self.sent_ahead if r >= self.cursor}
+
+    def _send(self, contents: RingContents, finished: list[tuple[int, ...]]) -> None:
+        from fr_otel.otel.spool import resend, spool, spooled
+        from fr_otel.otel.transport import send_all
+        from fr_otel.otel.wire import encode_requests_fast
+        from fr_otel.recorder.table import ring_table
+
+        contents.slots = finished
+        table = ring_table(
+            contents,
+            job=self._settings.job,
+            incident=CONTINUOUS_INCIDENT,
+            dump_time_ns=time.time_ns(),
+        )
+        deadline_s = max(self._settings.export_interval_s, 1.0) * 5
+        report = send_all(encode_requests_fast(table), self._exporter, deadline_s=deadline_s)
+        self.sent += report.sent_spans
+        if report.unsent:
+            spool(report.unsent, self._settings.spool_dir)
+            self.spooled += report.unsent_spans
+        elif report.sent_spans and spooled(self._settings.spool_dir):
+            resend(self._settings.spool_dir, self._exporter, deadline_s)
