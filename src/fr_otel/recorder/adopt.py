@@ -8,6 +8,8 @@ ring once the job has ended, so a host whose ranks all died is covered too.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import time
 from collections.abc import Iterator
@@ -28,8 +30,10 @@ def flush_dead_rings(
     exporter: RequestExporter | None,
     deadline: float,
     skip: Path | None = None,
+    since_ns: int = 0,
 ) -> Iterator[FlushReport]:
-    """Flush every unlocked ring of ``settings.job`` not yet flushed for ``incident``."""
+    """Flush every unlocked ring of ``settings.job`` not yet flushed for ``incident``
+    (only rings opened at ``since_ns`` or later: older ones are another run's)."""
     for base in ring_bases(settings.rings, settings.job):
         if base == skip or time.monotonic() >= deadline:
             continue
@@ -41,7 +45,7 @@ def flush_dead_rings(
             except (OSError, ValueError) as exc:
                 logger.warning("fr_otel: cannot read the ring of a dead rank at %s: %s", base, exc)
                 continue
-            if incident in contents.flushed or not contents.slots:
+            if incident in contents.flushed or not contents.slots or contents.created_ns < since_ns:
                 continue
             report = flush_ring(
                 contents, settings=settings, incident=incident, exporter=exporter, deadline=deadline
@@ -56,11 +60,48 @@ def flush_dead_rings(
             yield report
 
 
-def known_incidents(settings: RecorderSettings) -> list[str]:
-    """Incidents the job's ranks declared or learned of, oldest first."""
-    path = settings.rings / f"job={settings.job}" / "incidents"
+def _registry(settings: RecorderSettings) -> Path:
+    return settings.rings / f"job={settings.job}" / "incidents"
+
+
+def known_incidents(settings: RecorderSettings, since_ns: int = 0) -> list[str]:
+    """Incidents the job's ranks on this host declared or learned of (noted at or after
+    ``since_ns``), oldest first."""
     try:
-        lines = path.read_text().split()
+        lines = _registry(settings).read_text().splitlines()
     except OSError:
         return []
-    return list(dict.fromkeys(line for line in lines if line))
+    found = []
+    for line in lines:
+        noted, _, incident = line.partition(" ")
+        if incident and noted.isdigit() and int(noted) >= since_ns:
+            found.append(incident)
+    return list(dict.fromkeys(found))
+
+
+def note_incident(settings: RecorderSettings, incident: str) -> None:
+    """Leave the incident id next to the rings, for ``fr-otel run`` to finish the flush of
+    ranks that died with nobody left on their host."""
+    path = _registry(settings)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as handle:
+            handle.write(f"{time.time_ns()} {incident}\n")
+
+
+def join_local_incident(settings: RecorderSettings, candidate: str, window_s: float) -> str:
+    """Without the job's store, agree on an incident id with the ranks of this host: the
+    most recent one noted within ``window_s`` seconds, else ``candidate`` (noted)."""
+    path = _registry(settings)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.seek(0)
+            recent = known_incidents(settings, time.time_ns() - int(window_s * 1e9))
+            if recent:
+                return recent[-1]
+            handle.write(f"{time.time_ns()} {candidate}\n")
+    except OSError:
+        pass
+    return candidate

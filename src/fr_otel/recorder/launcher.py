@@ -52,6 +52,7 @@ def run(command: Sequence[str], overrides: Mapping[str, str]) -> RunResult:
     """Run ``command`` under the recorder; signals to the launcher reach the command."""
     env = child_environment(overrides)
     settings = config.recorder_settings(environ=env)
+    started_ns = time.time_ns()
     child = subprocess.Popen(list(command), env=env)
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
     previous = {}
@@ -63,15 +64,24 @@ def run(command: Sequence[str], overrides: Mapping[str, str]) -> RunResult:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-    return finish(settings, returncode)
+    return finish(settings, returncode, started_ns)
 
 
-def finish(settings: config.RecorderSettings, returncode: int) -> RunResult:
-    """Flush, for each incident the job declared, the rings nobody flushed."""
-    from fr_otel.recorder.adopt import flush_dead_rings, known_incidents
+def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) -> RunResult:
+    """After the job: flush, for each incident it declared, the rings nobody flushed.
+
+    A job that failed without declaring any incident (its ranks were killed before they
+    could: a crash, then the launcher's SIGTERM to the others) gets one here,
+    ``<time>-launcher-job_failed``, holding every ring of the run."""
+    from fr_otel.recorder.adopt import flush_dead_rings, known_incidents, note_incident
 
     result = RunResult(returncode=returncode, settings=settings)
-    result.incidents = known_incidents(settings)
+    result.incidents = known_incidents(settings, started_ns)
+    if returncode != 0 and not result.incidents:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        incident = f"{stamp}-launcher-job_failed"
+        note_incident(settings, incident)
+        result.incidents = [incident]
     exporter = None
     if settings.otlp is not None and result.incidents:
         from fr_otel.otel.transport import exporter_for
@@ -80,7 +90,9 @@ def finish(settings: config.RecorderSettings, returncode: int) -> RunResult:
     for incident in result.incidents:
         deadline = time.monotonic() + settings.flush_deadline_s
         result.late_flushes.extend(
-            flush_dead_rings(settings, incident, exporter=exporter, deadline=deadline)
+            flush_dead_rings(
+                settings, incident, exporter=exporter, deadline=deadline, since_ns=started_ns
+            )
         )
     if exporter is not None:
         exporter.shutdown()

@@ -176,11 +176,17 @@ class Recorder:
             return latest[0]
         candidate = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-r{self.rank}-{reason}"
         incident = candidate
+        agreed = False
         if self._channel is not None:
             try:
                 incident = self._channel.declare(self._generation, candidate)
-            except Exception as exc:  # the store is gone; flush locally
-                logger.warning("fr_otel: cannot reach the job's store (%r); flushing locally", exc)
+                agreed = True
+            except Exception as exc:  # the store's host died: agree with this host's ranks
+                logger.warning("fr_otel: cannot reach the job's store (%r)", exc)
+        if not agreed:
+            from fr_otel.recorder.adopt import join_local_incident
+
+            incident = join_local_incident(self.settings, candidate, INCIDENT_WINDOW_S)
         logger.warning("fr_otel: incident %s (%s on rank %s)", incident, reason, self.rank)
         self._handle(incident)
         return incident
@@ -209,14 +215,14 @@ class Recorder:
                 logger.warning("fr_otel flush of %s failed: %r", incident, exc)
 
     def _flush_all(self, incident: str) -> None:
-        from fr_otel.recorder.adopt import flush_dead_rings
+        from fr_otel.recorder.adopt import flush_dead_rings, note_incident
         from fr_otel.recorder.flush import flush_ring, torch_fr_dump
 
         deadline = time.monotonic() + self.settings.flush_deadline_s
         writer = self._writer
         if writer is None:
             return
-        _note_incident(self.settings, incident)
+        note_incident(self.settings, incident)
         already = self._stream.already_sent() if self._stream is not None else frozenset()
         report = flush_ring(
             writer.snapshot(),
@@ -315,17 +321,6 @@ def _torch_dump_file(rank: int) -> Path | None:
 
     prefix = torch_dump_prefix()
     return Path(f"{prefix}{rank}") if prefix else None
-
-
-def _note_incident(settings: RecorderSettings, incident: str) -> None:
-    """Leave the incident id next to the rings, for ``fr-otel run`` to finish the flush of
-    ranks that died with nobody left on their host."""
-    folder = settings.rings / f"job={settings.job}"
-    try:
-        with (folder / "incidents").open("a") as handle:
-            handle.write(incident + "\n")
-    except OSError:
-        pass
 
 
 def _preload() -> None:

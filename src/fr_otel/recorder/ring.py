@@ -270,6 +270,8 @@ class RingContents:
 
     base: Path
     rank: int
+    created_ns: int = 0
+    """When the owner opened the ring (its run's start, roughly)."""
     world: int | None = None
     job: str | None = None
     pid: int | None = None
@@ -336,12 +338,12 @@ def read_ring(base: Path, rank: int | None = None) -> RingContents:
     data = ring.read_bytes()
     if len(data) < HEADER_SIZE or data[:8] != MAGIC:
         raise RingFormatError(f"{ring}: not an fr_otel ring file")
-    _, slot_size, capacity, _ = _HEADER.unpack_from(data, 0)
+    _, slot_size, capacity, created_ns = _HEADER.unpack_from(data, 0)
     if slot_size != SLOT_SIZE or len(data) < HEADER_SIZE + capacity * SLOT_SIZE:
         raise RingFormatError(f"{ring}: truncated or written by another fr_otel version")
     if rank is None:
         rank = int(base.name.removeprefix("rank-"))
-    contents = RingContents(base=base, rank=rank)
+    contents = RingContents(base=base, rank=rank, created_ns=created_ns)
     _read_meta(base.with_suffix(META_SUFFIX), contents)
     slots = [
         slot
