@@ -537,18 +537,39 @@ def _env_number(
     return default
 
 
+def _signal_name(value: Any) -> str | None:
+    """``SIGUSR2``/``usr2`` -> ``SIGUSR2``; ``none``/empty/None -> None (no trigger signal)."""
+    import signal
+
+    if value is None or str(value).strip().lower() in ("", "none", "0", "off"):
+        return None
+    text = str(value).strip().upper()
+    name = text if text.startswith("SIG") else "SIG" + text
+    if not isinstance(getattr(signal, name, None), int):
+        raise ConfigError(f"trigger_signal {value!r} is not a signal name (e.g. SIGUSR2 or none)")
+    return name
+
+
 def _check_override(name: str, value: Any) -> Any:
     """An explicit ``install()`` argument: wrong values raise, naming the argument."""
     if name == "mode":
         return _check_choice("mode", str(value), RECORDER_MODES)
-    if name in ("buffer_size", "stack_depth") and (not isinstance(value, int) or value < 1):
+    if name in ("buffer_size", "stack_depth") and (
+        isinstance(value, bool) or not isinstance(value, int) or value < 1
+    ):
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     if name in ("flush_deadline_s", "export_interval_s", "timeout_s"):
         if value is None and name == "timeout_s":
             return None
-        if not isinstance(value, int | float) or not value > 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value < float("inf")
+        ):
             raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
         return float(value)
+    if name == "trigger_signal":
+        return _signal_name(value)
     if name in ("archive", "ring_dir"):
         return None if value is None else Path(value)
     if name == "job":
@@ -570,7 +591,11 @@ def recorder_settings(
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"unknown recorder setting(s) {unknown}: use {sorted(known)}")
-    signal_name = env.get(FR_OTEL_TRIGGER_SIGNAL, DEFAULT_TRIGGER_SIGNAL).strip()
+    try:
+        trigger = _signal_name(env.get(FR_OTEL_TRIGGER_SIGNAL, DEFAULT_TRIGGER_SIGNAL))
+    except ConfigError as exc:
+        logger.warning("ignoring %s: %s", FR_OTEL_TRIGGER_SIGNAL, exc)
+        trigger = DEFAULT_TRIGGER_SIGNAL
     from_env: dict[str, Any] = {
         "mode": _env_choice(env, FR_OTEL_MODE, FR_OTEL_MODE, "mode", RECORDER_MODES, "incident"),
         "buffer_size": _env_number(env, FR_OTEL_BUFFER_SIZE, DEFAULT_BUFFER_SIZE, int, 1),
@@ -585,7 +610,7 @@ def recorder_settings(
         "archive": archive_dir(None, env),
         "ring_dir": Path(env[FR_OTEL_RING_DIR]) if env.get(FR_OTEL_RING_DIR, "").strip() else None,
         "job": job_name(None, env),
-        "trigger_signal": None if signal_name.lower() in ("", "none", "0") else signal_name,
+        "trigger_signal": trigger,
     }
     for name, value in overrides.items():
         if name != "otlp":

@@ -43,8 +43,8 @@ BACK_GROUP = "back_group"
 class RecordedScenario:
     name: str
     description: str
-    culprit: int
-    pg_desc: str
+    culprit: int | None
+    pg_desc: str | None
     """The group whose collective the culprit got wrong."""
     kinds: tuple[str, ...]
     """Finding kinds a correct analysis may report as the root cause."""
@@ -54,6 +54,13 @@ class RecordedScenario:
 SCENARIOS: dict[str, RecordedScenario] = {
     s.name: s
     for s in (
+        RecordedScenario(
+            name="healthy",
+            description="no fault: the warm-up steps, then ten more",
+            culprit=None,
+            pg_desc=None,
+            kinds=(),
+        ),
         RecordedScenario(
             name="skipped_collective",
             description="rank 1 skips the gradient all_reduce of step 4 and goes on",
@@ -275,7 +282,10 @@ def _fault_step(name: str, groups: dict[str, object], rank: int) -> None:
     import torch.distributed as d
 
     world = d.get_world_size()
-    if name == "skipped_collective":
+    if name == "healthy":
+        for _ in range(10):
+            _train_step(groups, rank)
+    elif name == "skipped_collective":
         if rank != 1:
             d.all_reduce(t.ones(1000))  # gradient all_reduce of the last step
         d.all_gather_into_tensor(t.empty(10 * world), t.ones(10))

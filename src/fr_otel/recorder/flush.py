@@ -42,8 +42,9 @@ class FlushReport:
 
 def raw_dump_dir(settings: RecorderSettings, incident: str) -> Path:
     """Raw FR dumps of an incident, named as torch names them (``fr-otel import`` and
-    ``torchfrtrace -p comm_lib_trace_rank_`` both read the folder)."""
-    return partition_dir(settings.archive, settings.job, incident) / "fr"
+    ``torchfrtrace -p comm_lib_trace_rank_`` both read the folder). Outside the Parquet
+    tree, under a ``_`` folder that dataset readers skip, like ``_rings`` and ``_spool``."""
+    return settings.archive / "_fr_dumps" / partition_dir(Path(), settings.job, incident)
 
 
 def flush_ring(
@@ -111,6 +112,10 @@ def _send(
         remaining = max(deadline - time.monotonic(), 0.05)
         sent = send_all(encode_requests_fast(table), exporter, deadline_s=remaining)
         report.spans_sent = sent.sent_spans
+        if sent.rejected_spans:
+            report.problems.append(
+                f"otlp: {sent.rejected_spans} spans refused: {'; '.join(sent.reasons[-2:])}"
+            )
         if sent.unsent:
             spool(sent.unsent, settings.spool_dir)
             report.spans_spooled = sent.unsent_spans

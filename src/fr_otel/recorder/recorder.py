@@ -301,7 +301,8 @@ class Recorder:
             self._flush_lock.release()
         if self._stream is not None:
             self._stream.stop()
-            self._stream.export_once()
+            # the process is exiting: one short try, then the spool
+            self._stream.export_once(deadline_s=1.0)
             self.stats.spans_sent += self._stream.sent
             self.stats.spans_spooled += self._stream.spooled
             self.stats.spans_dropped += self._stream.dropped

@@ -186,7 +186,6 @@ class RingWriter:
     ) -> int:
         """Write a new slot; return its record id (``finish`` takes it)."""
         record = self.next_record
-        self.next_record = record + 1
         _SLOT.pack_into(
             self._map,
             HEADER_SIZE + (record % self.capacity) * SLOT_SIZE,
@@ -201,6 +200,8 @@ class RingWriter:
             0,
             state,
         )
+        # only now: a reader that sees the new count finds the slot written
+        self.next_record = record + 1
         return record
 
     def finish(self, record: int, state: int) -> None:
@@ -220,10 +221,10 @@ class RingWriter:
         self._contents.flushed.add(incident)
         self._append({"t": "flushed", "incident": incident})
 
-    def snapshot(self, first_record: int = 0) -> RingContents:
-        """The records from ``first_record`` on that the ring still holds, decoded, with
-        what they refer to (from memory: no file reads)."""
-        end = self.next_record
+    def snapshot(self, first_record: int = 0, end: int | None = None) -> RingContents:
+        """The records from ``first_record`` up to ``end`` (default: all written) that the
+        ring still holds, decoded, with what they refer to (from memory: no file reads)."""
+        end = self.next_record if end is None else end
         start = max(first_record, end - self.capacity, 0)
         slots = []
         for record in range(start, end):
@@ -291,14 +292,17 @@ class RingFormatError(ValueError):
 
 
 def _read_meta(path: Path, contents: RingContents) -> None:
+    torn = 0
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, 1):
             try:
                 item = json.loads(raw)
             except ValueError:
-                if raw.endswith(b"\n"):
+                # the owner may die in the middle of one line; survivors append after it
+                torn += 1
+                if torn > 1:
                     raise RingFormatError(f"{path}: line {number} is not JSON") from None
-                break  # the owner died while appending this line
+                continue
             kind = item.get("t")
             if kind == "rank":
                 contents.world = item.get("world")
@@ -385,8 +389,11 @@ def adopted(base: Path) -> Iterator[bool]:
 def append_flushed(base: Path, incident: str) -> None:
     """Record, in a dead rank's meta file, that its buffer went out under ``incident``."""
     line = json.dumps({"t": "flushed", "incident": incident}, separators=(",", ":")) + "\n"
-    fd = os.open(base.with_suffix(META_SUFFIX), os.O_WRONLY | os.O_APPEND)
+    fd = os.open(base.with_suffix(META_SUFFIX), os.O_RDWR | os.O_APPEND)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line  # the owner died mid-line: keep ours apart from it
         os.write(fd, line.encode())
     finally:
         os.close(fd)

@@ -9,6 +9,7 @@ delivers it).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -36,7 +37,7 @@ class SpanStream(threading.Thread):
         self._writer = writer
         self._settings = settings
         self._exporter = exporter
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._lock = threading.Lock()
         self.cursor = 0
         """Every record before it was sent or dropped."""
@@ -48,10 +49,10 @@ class SpanStream(threading.Thread):
         self.failures = 0
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
-        while not self._stop.wait(self._settings.export_interval_s):
+        while not self._halt.wait(self._settings.export_interval_s):
             self.export_once()
 
     def already_sent(self) -> frozenset[int]:
@@ -59,16 +60,20 @@ class SpanStream(threading.Thread):
         with self._lock:
             return frozenset(self.sent_ahead) | frozenset(range(self.cursor))
 
-    def export_once(self) -> None:
+    def export_once(self, deadline_s: float | None = None) -> None:
+        """One pass; ``deadline_s`` bounds the sending (default: five export intervals,
+        at least 5 s)."""
+        if deadline_s is None:
+            deadline_s = max(self._settings.export_interval_s, 1.0) * 5
         with self._lock:
             try:
-                self._export()
+                self._export(deadline_s)
             except Exception as exc:  # counted; the next pass tries again
                 self.failures += 1
                 if self.failures == 1:
                     logger.warning("fr_otel continuous export failed: %r", exc)
 
-    def _export(self) -> None:
+    def _export(self, deadline_s: float) -> None:
         writer = self._writer()
         if writer is None:
             return
@@ -79,32 +84,32 @@ class SpanStream(threading.Thread):
             self.dropped += lost
             self.cursor = oldest
             self.sent_ahead = {r for r in self.sent_ahead if r >= oldest}
-        contents = writer.snapshot(self.cursor)
+        contents = writer.snapshot(self.cursor, end)
         finished = [
             s for s in contents.slots if s[9] in (COMPLETED, FAILED) and s[0] not in self.sent_ahead
         ]
-        if finished:
-            self._send(contents, finished)
         # the cursor moves past everything sent, up to the first record still running
         pending = [s[0] for s in contents.slots if s[9] not in (COMPLETED, FAILED)]
+        if finished:
+            self._send(contents, finished, deadline_s)
         self.sent_ahead.update(s[0] for s in finished)
         self.cursor = min(pending) if pending else end
         self.sent_ahead = {r for r in self.sent_ahead if r >= self.cursor}
 
-    def _send(self, contents: RingContents, finished: list[tuple[int, ...]]) -> None:
+    def _send(
+        self, contents: RingContents, finished: list[tuple[int, ...]], deadline_s: float
+    ) -> None:
         from fr_otel.otel.spool import resend, spool, spooled
         from fr_otel.otel.transport import send_all
         from fr_otel.otel.wire import encode_requests_fast
         from fr_otel.recorder.table import ring_table
 
-        contents.slots = finished
         table = ring_table(
-            contents,
+            dataclasses.replace(contents, slots=finished),
             job=self._settings.job,
             incident=CONTINUOUS_INCIDENT,
             dump_time_ns=time.time_ns(),
         )
-        deadline_s = max(self._settings.export_interval_s, 1.0) * 5
         report = send_all(encode_requests_fast(table), self._exporter, deadline_s=deadline_s)
         self.sent += report.sent_spans
         if report.unsent:

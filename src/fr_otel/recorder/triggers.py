@@ -122,14 +122,15 @@ class Watch(threading.Thread):
         self._inflight = inflight
         self._dump_file = dump_file
         self._dump_seen = _mtime(dump_file)
+        self._dump_changing: int | None = None
         self._fifo = _Fifo(fifo) if fifo is not None else None
         self._signal = _Signal(signal_name) if signal_name else None
         self._on_incident = on_incident
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.timeouts_seen: set[int] = set()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
         waits = [
@@ -140,18 +141,18 @@ class Watch(threading.Thread):
             )
             if fd is not None
         ]
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 if waits:
                     select.select(waits, [], [], POLL_S)
                 else:
-                    self._stop.wait(POLL_S)
+                    self._halt.wait(POLL_S)
                 reason = self._check()
                 if reason is not None:
                     self._on_incident(reason)
             except Exception as exc:  # the watch must outlive its own bugs
                 logger.warning("fr_otel watch: %r", exc)
-                self._stop.wait(POLL_S)
+                self._halt.wait(POLL_S)
         if self._fifo is not None:
             self._fifo.close()
 
@@ -166,10 +167,14 @@ class Watch(threading.Thread):
                 self.timeouts_seen.add(record)
                 return "timeout"
         if self._dump_file is not None:
+            # torch truncates, then writes for a while: one incident per dump, once the
+            # file has stopped changing for a poll
             mtime = _mtime(self._dump_file)
             if mtime is not None and mtime != self._dump_seen:
-                self._dump_seen = mtime
-                return "torch_dump"
+                if mtime == self._dump_changing:
+                    self._dump_seen = mtime
+                    return "torch_dump"
+                self._dump_changing = mtime
         return None
 
 

@@ -1,0 +1,362 @@
+"""The watch thread (``fr_otel.recorder.triggers.Watch``): FIFO, timeouts, dump file, signal.
+
+All real: a real FIFO under ``tmp_path``, real files whose mtime changes, a real thread.
+Only ``POLL_S`` is shortened (monkeypatched) so that polling tests stay fast. Signal
+handlers and ``signal.set_wakeup_fd`` are process-global and need the main thread, so
+the signal tests run the watch in a child process and send it a real ``SIGUSR2``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fr_otel.recorder import triggers
+from fr_otel.recorder.triggers import Watch
+
+
+class _Incidents:
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, reason: str) -> None:
+        with self._lock:
+            self.reasons.append(reason)
+
+    def wait_for(self, count: int, deadline_s: float = 3.0) -> list[str]:
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.reasons) >= count:
+                    return list(self.reasons)
+            time.sleep(0.005)
+        with self._lock:
+            return list(self.reasons)
+
+
+@pytest.fixture
+def fast_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(triggers, "POLL_S", 0.02)
+
+
+def _stop(watch: Watch) -> None:
+    """Stop ``watch`` and wait for its thread to end."""
+    watch.stop()
+    watch.join(timeout=5)
+    assert not watch.is_alive()
+
+
+def _running(watch: Watch) -> bool:
+    return watch in threading.enumerate()
+
+
+@pytest.fixture
+def start_watch() -> Iterator[Callable[..., Watch]]:
+    started: list[Watch] = []
+
+    def start(**kwargs: object) -> Watch:
+        options: dict[str, object] = {
+            "inflight": {},
+            "dump_file": None,
+            "fifo": None,
+            "signal_name": None,
+        }
+        options.update(kwargs)
+        watch = Watch(**options)  # type: ignore[arg-type]
+        watch.start()
+        started.append(watch)
+        return watch
+
+    yield start
+    for watch in started:
+        _stop(watch)
+
+
+def _poke(fifo: Path, data: bytes = b"\n") -> None:
+    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # as `echo > rank-000000.trigger`
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def test_fifo_write_declares_an_operator_incident_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start_watch: Callable[..., Watch]
+) -> None:
+    # a long poll: the write itself must wake the thread, not the next poll
+    monkeypatch.setattr(triggers, "POLL_S", 3.0)
+    fifo = tmp_path / "rank-000000.trigger"
+    fifo.write_text("stale")  # a leftover regular file is replaced by the FIFO
+    incidents = _Incidents()
+    watch = start_watch(fifo=fifo, on_incident=incidents)
+    assert fifo.is_fifo()
+    time.sleep(0.05)
+    assert incidents.reasons == []
+
+    sent = time.monotonic()
+    _poke(fifo)
+    assert incidents.wait_for(1) == ["operator"]
+    assert time.monotonic() - sent < 1.0
+
+    _poke(fifo, b"again\n")
+    assert incidents.wait_for(2) == ["operator", "operator"]
+
+    watch.stop()
+    _poke(fifo)  # wake the select now rather than in 3 s
+    _stop(watch)
+    assert (
+        not fifo.exists()
+    )  # the watch removes its FIFO when it stops  # the watch removes its FIFO when it stops
+
+
+def test_overdue_inflight_records_declare_one_timeout_each(
+    fast_poll: None, start_watch: Callable[..., Watch]
+) -> None:
+    now = time.monotonic_ns()
+    second = 1_000_000_000
+    inflight: dict[int, tuple[int, int]] = {
+        1: (now - 10 * second, second),  # overdue
+        2: (now, 60 * second),  # not yet
+        3: (now - 10 * second, 0),  # no timeout known: never
+    }
+    incidents = _Incidents()
+    watch = start_watch(inflight=inflight, on_incident=incidents)
+    assert incidents.wait_for(1) == ["timeout"]
+    time.sleep(0.15)  # several more polls
+    assert incidents.reasons == ["timeout"] and watch.timeouts_seen == {1}
+
+    inflight[4] = (time.monotonic_ns(), 50_000_000)  # overdue in 50 ms
+    assert incidents.wait_for(2) == ["timeout", "timeout"]
+    time.sleep(0.1)
+    assert incidents.reasons == ["timeout", "timeout"] and watch.timeouts_seen == {1, 4}
+
+
+def test_dump_file_appearing_or_changing_declares_torch_dump(
+    tmp_path: Path, fast_poll: None, start_watch: Callable[..., Watch]
+) -> None:
+    dump = tmp_path / "comm_lib_trace_rank_0"
+    incidents = _Incidents()
+    start_watch(dump_file=dump, on_incident=incidents)
+    time.sleep(0.06)
+    assert incidents.reasons == []
+
+    dump.write_bytes(b"pickle")
+    assert incidents.wait_for(1) == ["torch_dump"]
+    time.sleep(0.06)
+    assert incidents.reasons == ["torch_dump"]  # once per change, not once per poll
+
+    stat = dump.stat()
+    os.utime(dump, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert incidents.wait_for(2) == ["torch_dump", "torch_dump"]
+
+
+def test_a_dump_file_already_there_is_not_an_incident(
+    tmp_path: Path, fast_poll: None, start_watch: Callable[..., Watch]
+) -> None:
+    dump = tmp_path / "comm_lib_trace_rank_0"
+    dump.write_bytes(b"from an earlier run")
+    incidents = _Incidents()
+    watch = start_watch(dump_file=dump, on_incident=incidents)
+    time.sleep(0.1)
+    assert incidents.reasons == [] and _running(watch)
+
+
+def test_watch_survives_a_failing_on_incident(
+    tmp_path: Path,
+    fast_poll: None,
+    start_watch: Callable[..., Watch],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[str] = []
+
+    def broken(reason: str) -> None:
+        calls.append(reason)
+        raise RuntimeError("flush failed")
+
+    dump = tmp_path / "dump"
+    with caplog.at_level(logging.WARNING, logger="fr_otel.recorder.triggers"):
+        watch = start_watch(dump_file=dump, on_incident=broken)
+        dump.write_bytes(b"x")
+        deadline = time.monotonic() + 3
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)
+    assert calls == ["torch_dump"] and _running(watch)
+    assert any("flush failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stopped_watch_can_be_joined(start_watch: Callable[..., Watch]) -> None:
+    watch = start_watch(on_incident=print)
+    watch.stop()
+    watch.join(timeout=5)
+    assert not watch.is_alive()
+
+
+_FORK_CHILD = textwrap.dedent(
+    """
+    import os
+    from fr_otel.recorder.triggers import Watch
+
+    watch = Watch(inflight={}, dump_file=None, fifo=None, signal_name=None, on_incident=print)
+    watch.start()
+    pid = os.fork()  # as a DataLoader worker is started
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("forked", flush=True)
+    """
+)
+
+
+def test_forking_while_the_watch_runs_is_clean() -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _FORK_CHILD], capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 0 and child.stdout == "forked\n"
+    assert "_after_fork" not in child.stderr, child.stderr
+
+
+def test_unknown_signal_name_warns_and_installs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    before = signal.getsignal(signal.SIGUSR2)
+    with caplog.at_level(logging.WARNING, logger="fr_otel.recorder.triggers"):
+        watch = Watch(
+            inflight={}, dump_file=None, fifo=None, signal_name="SIGNOPE", on_incident=print
+        )
+    assert any("SIGNOPE" in r.getMessage() for r in caplog.records)
+    assert watch._signal is not None and watch._signal.read_fd is None
+    assert signal.getsignal(signal.SIGUSR2) is before
+
+
+def test_signal_trigger_is_not_installed_off_the_main_thread() -> None:
+    made: list[Watch] = []
+    thread = threading.Thread(
+        target=lambda: made.append(
+            Watch(inflight={}, dump_file=None, fifo=None, signal_name="SIGUSR2", on_incident=print)
+        )
+    )
+    thread.start()
+    thread.join(timeout=5)
+    assert made and made[0]._signal is not None and made[0]._signal.read_fd is None
+
+
+# --- the signal, in a child process -------------------------------------------------------
+
+_SIGNAL_CHILD = textwrap.dedent(
+    """
+    import sys, threading
+    from pathlib import Path
+    from fr_otel.recorder.triggers import Watch
+
+    marker = Path(sys.argv[1])
+    declared = threading.Event()
+
+    def on_incident(reason):
+        marker.write_text(reason)
+        declared.set()
+
+    watch = Watch(inflight={}, dump_file=None, fifo=None, signal_name="SIGUSR2",
+                  on_incident=on_incident)
+    watch.start()
+    print("ready", flush=True)
+    # the main thread waits in native code, as it would inside a collective
+    declared.wait(10)
+    print("declared" if declared.is_set() else "nothing", flush=True)
+    """
+)
+
+
+def test_sigusr2_declares_an_incident_while_the_main_thread_blocks(tmp_path: Path) -> None:
+    marker = tmp_path / "incident"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SIGNAL_CHILD, str(marker)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        sent = time.monotonic()
+        child.send_signal(signal.SIGUSR2)
+        while not marker.exists() and time.monotonic() - sent < 5:
+            time.sleep(0.005)
+        elapsed = time.monotonic() - sent
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert marker.exists(), err
+    assert elapsed < 1.0
+    assert marker.read_text() == "signal"
+    assert child.returncode == 0, err  # SIGUSR2's default action would have killed it
+    assert out == "declared\n"
+
+
+_OWN_HANDLER_CHILD = textwrap.dedent(
+    """
+    import os, signal, threading, time
+    from fr_otel.recorder.triggers import Watch
+
+    caught = threading.Event()
+
+    def mine(number, frame):
+        caught.set()
+
+    signal.signal(signal.SIGUSR2, mine)
+    incidents = []
+    watch = Watch(inflight={}, dump_file=None, fifo=None, signal_name="SIGUSR2",
+                  on_incident=incidents.append)
+    watch.start()
+    kept = signal.getsignal(signal.SIGUSR2) is mine
+    os.kill(os.getpid(), signal.SIGUSR2)
+    deadline = time.monotonic() + 5
+    while not caught.is_set() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.3)  # longer than the watch's poll
+    print(kept, caught.is_set(), watch._signal.read_fd is None, incidents, flush=True)
+    """
+)
+
+
+def test_a_handler_the_process_already_has_is_kept(tmp_path: Path) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _OWN_HANDLER_CHILD], capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == "True True True []\n"
+
+
+_WAKEUP_FD_CHILD = textwrap.dedent(
+    """
+    import os, signal
+    from fr_otel.recorder.triggers import Watch
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd)  # as asyncio does
+    watch = Watch(inflight={}, dump_file=None, fifo=None, signal_name="SIGUSR2",
+                  on_incident=print)
+    still_theirs = signal.set_wakeup_fd(-1) == write_fd
+    print(still_theirs, signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL,
+          watch._signal.read_fd is None, flush=True)
+    """
+)
+
+
+def test_someone_elses_wakeup_fd_is_left_in_place() -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _WAKEUP_FD_CHILD], capture_output=True, text=True, timeout=60
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == "True True True\n"
