@@ -1,4 +1,5 @@
-"""``fr-otel import`` on the committed real gloo dumps, and the demo on a live gloo job."""
+"""``fr-otel import`` on the committed real gloo dumps, and the demo (a live gloo job under
+the recorder)."""
 
 from __future__ import annotations
 
@@ -63,21 +64,24 @@ def test_real_gloo_dumps_import_with_right_rows_and_groups(folder: Path, tmp_pat
     assert frames[0][0] == 0 and frames[0][1] > 0
 
 
-def test_demo_runs_a_real_job_and_shows_the_lagging_rank(
+def test_demo_runs_a_real_job_under_the_recorder_and_names_the_culprit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["demo", "--out", str(tmp_path / "demo"), "--world", "3"])
+    code = main(["demo", "--out", str(tmp_path / "demo")])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "imported 3 ranks" in out and "missing ranks: none" in out
-    # the culprit (rank 1) issued one default_pg collective fewer than its peers
-    rows = {
-        line.split("│")[2].strip(): line.split("│")[3].strip()
+    assert "ranks [0, 1, 2, 3] (missing: none)" in out
+    assert "The injected fault was on rank 1; fr-otel analyze named it." in out
+    # the SQL table: rank 1 issued something else than its peers at the same sequence number
+    last = {
+        line.split("│")[2].strip(): line.split("│")[4].strip()
         for line in out.splitlines()
         if line.startswith("│") and "default_pg" in line
     }
-    assert rows == {"0": "9", "1": "8", "2": "9"}
-    assert list((tmp_path / "demo" / "archive").rglob("*.parquet"))
+    assert sorted(last) == ["0", "1", "2", "3"]
+    assert "all_gather_into_tensor" in last["1"]
+    assert all("all_reduce" in last[r] for r in ("0", "2", "3"))
+    assert (tmp_path / "demo" / "spans.jsonl").stat().st_size > 0
 
 
 @pytest.mark.parametrize("dropped", [1, 3])
