@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
+from fr_otel.recorder.frmerge import QUEUED_BACKENDS
 from fr_otel.recorder.ring import COMPLETED, FAILED, SCHEDULED, STARTED, GroupInfo, Signature
 from fr_otel.stacks import is_library_frame
 
@@ -74,9 +75,7 @@ SPECS: dict[str, _Spec] = {
 calling ``all_gather_single``) are recorded once, as the outermost."""
 
 _DEVICE_OF_BACKEND = {"nccl": "cuda", "xccl": "xpu"}
-_ASYNC_BACKENDS = frozenset({"nccl", "xccl"})
-"""Backends whose blocking calls return once the op is queued on a stream, not when it is
-done: their completion comes from the work's future (async ops) or from FR's dump."""
+"""Where a backend's ops run, for groups that name one backend (``init_process_group("nccl")``)."""
 
 
 def _dtype_name(dtype: Any, cache: dict[Any, str] = {}) -> str:  # noqa: B006 - a cache
@@ -99,6 +98,29 @@ def _tensors(value: Any) -> list[Any]:
             out.extend(_tensors(item))
         return out
     return [value] if hasattr(value, "shape") else []
+
+
+def _device_type(value: Any) -> str | None:
+    """The device type of the first tensor in ``value`` (a tensor or nested lists)."""
+    if isinstance(value, list | tuple):
+        for item in value:
+            found = _device_type(item)
+            if found is not None:
+                return found
+        return None
+    device = getattr(value, "device", None)
+    return getattr(device, "type", None)
+
+
+def _backends_by_device(config: str, fallback: str) -> dict[str | None, str]:
+    """``"cpu:gloo,cuda:nccl"`` -> ``{"cpu": "gloo", "cuda": "nccl", None: fallback}``."""
+    found: dict[str | None, str] = {}
+    for part in config.split(","):
+        device, sep, name = part.strip().partition(":")
+        if sep and name:
+            found[device] = name
+    found[None] = fallback
+    return found
 
 
 def _shape_key(value: Any) -> Any:
@@ -139,8 +161,8 @@ class Capture:
         self.stack_depth = stack_depth
         self._local = threading.local()
         self._patched: list[tuple[Any, str, Any]] = []
-        self._groups: dict[Any, tuple[int, GroupInfo, int]] = {}
-        """group argument (None = default) -> (index, info, timeout ns)."""
+        self._groups: dict[Any, tuple[int, GroupInfo, int, dict[str | None, str]]] = {}
+        """group argument (None = default) -> (index, info, timeout ns, backend by device)."""
         self._seq: list[int] = []
         self._p2p_seq: list[int] = []
         self._library: dict[CodeType, bool] = {}
@@ -222,7 +244,7 @@ class Capture:
 
     # --- recording ---------------------------------------------------------------------
 
-    def _group(self, group: Any) -> tuple[int, GroupInfo, int] | None:
+    def _group(self, group: Any) -> tuple[int, GroupInfo, int, dict[str | None, str]] | None:
         known = self._groups.get(group)
         if known is not None:
             return known
@@ -236,16 +258,25 @@ class Capture:
         pg = group if group is not None else c10d._get_default_group()
         if c10d._rank_not_in_group(pg):
             return None
+        # init_process_group() without a backend gives "undefined" here and one backend per
+        # device in the config ("cpu:gloo,cuda:nccl"): each op's tensors pick theirs
         backend = str(c10d.get_backend(pg))
+        try:
+            by_device = _backends_by_device(str(c10d.get_backend_config(pg)), backend)
+        except Exception:
+            by_device = {None: backend}
+        main = next((b for b in by_device.values() if b in QUEUED_BACKENDS), backend)
+        if backend == "undefined" or ":" in backend:
+            backend = main
         ranks = tuple(c10d.get_process_group_ranks(pg))
-        timeout_ns = 0
         try:
             import torch
 
-            options = pg._get_backend(torch.device(_DEVICE_OF_BACKEND.get(backend, "cpu"))).options
-            timeout_ns = int(options._timeout.total_seconds() * 1e9)
+            device = torch.device(_DEVICE_OF_BACKEND.get(main, "cpu"))
+            timeout_ns = int(pg._get_backend(device).options._timeout.total_seconds() * 1e9)
         except Exception:  # some backends expose no options
-            timeout_ns = int(c10d._get_default_timeout(c10d.Backend(backend)).total_seconds() * 1e9)
+            default = c10d._get_default_timeout(c10d.Backend(main))
+            timeout_ns = int(default.total_seconds() * 1e9)
         info = GroupInfo(
             name=c10d._get_process_group_name(pg),
             desc=getattr(pg, "group_desc", None),
@@ -258,7 +289,7 @@ class Capture:
             self._seq.append(0)
             self._p2p_seq.append(0)
         limit = self.recorder.settings.timeout_s
-        known = (index, info, int(limit * 1e9) if limit is not None else timeout_ns)
+        known = (index, info, int(limit * 1e9) if limit is not None else timeout_ns, by_device)
         self._groups[group] = known
         return known
 
@@ -283,15 +314,17 @@ class Capture:
         known = self._groups.get(group) or self._group(group)
         if known is None:
             return None
-        index, info, timeout_ns = known
+        index, info, timeout_ns, by_device = known
         writer = self.recorder.writer()
         if writer is None:
             return None
         spec = hook.spec
         inputs = hook.arg(args, kwargs, spec.inputs)
         outputs = hook.arg(args, kwargs, spec.outputs)
-        sig_key = (spec.op, _shape_key(inputs), _shape_key(outputs))
+        device = _device_type(inputs if inputs is not None else outputs)
+        sig_key = (spec.op, device, _shape_key(inputs), _shape_key(outputs))
         signature = writer.signatures.get(sig_key)
+        backend = by_device.get(device) or by_device[None]
         if signature is None:
             ins, outs = _tensors(inputs), _tensors(outputs)
             signature = writer.intern_signature(
@@ -303,6 +336,7 @@ class Capture:
                     input_dtypes=[_dtype_name(t.dtype) for t in ins],
                     output_dtypes=[_dtype_name(t.dtype) for t in outs],
                     is_p2p=spec.kind != "collective",
+                    backend=backend,
                 ),
             )
         site_key, _ = self._site(sys._getframe(2))
@@ -319,7 +353,9 @@ class Capture:
             self._p2p_seq[index] += 1
             peer = self._peer(hook, args, kwargs, info)
         is_async = not spec.blocking or bool(hook.arg(args, kwargs, "async_op"))
-        queued_only = info.backend in _ASYNC_BACKENDS and not is_async
+        # NCCL marks even an async op's future complete once it is queued: only torch's
+        # FR knows when it ran (frmerge reads it at flush time)
+        queued_only = backend in QUEUED_BACKENDS
         record = writer.begin(
             index,
             self._seq[index],

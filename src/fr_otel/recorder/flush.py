@@ -15,6 +15,7 @@ from fr_otel.archive.layout import partition_dir
 from fr_otel.archive.rows import write_rows
 from fr_otel.config import RecorderSettings
 from fr_otel.otel.transport import RequestExporter
+from fr_otel.recorder.frmerge import merge_gpu_state
 from fr_otel.recorder.ring import RingContents
 from fr_otel.recorder.table import ring_table
 
@@ -69,6 +70,7 @@ def flush_ring(
         table = ring_table(
             contents, job=settings.job, incident=incident, dump_time_ns=time.time_ns()
         )
+        table = merge_gpu_state(table, raw_dump)
         report.entries = table.num_rows
         written = write_rows(table, settings.archive)
         report.archived = written[0] if written else None

@@ -292,7 +292,10 @@ class Recorder:
 
     def close(self) -> None:
         """Stop the threads, wait for a flush in progress, send what is left (at exit)."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
+        atexit.unregister(self.close)
         if self._watch is not None:
             self._watch.stop()
         if self._listener is not None and self._listener is not threading.current_thread():
@@ -313,8 +316,10 @@ class Recorder:
                 )
             self._stream = None
         self.stats.recorder_errors += self.capture.errors
-        if self._writer is not None:
-            self._writer.sync()
+        writer, self._writer, self._writer_failed = self._writer, None, True
+        if writer is not None:
+            # closing drops the ring's lock: the file stays for whoever reads it later
+            writer.close()
 
 
 def _torch_dump_file(rank: int) -> Path | None:

@@ -75,6 +75,8 @@ class Signature:
     input_dtypes: list[str]
     output_dtypes: list[str]
     is_p2p: bool
+    backend: str | None = None
+    """The backend that ran it (a group can hold one per device: gloo on CPU, NCCL on GPU)."""
 
 
 class RingWriter:
@@ -159,6 +161,7 @@ class RingWriter:
                     "in_dt": signature.input_dtypes,
                     "out_dt": signature.output_dtypes,
                     "p2p": signature.is_p2p,
+                    "backend": signature.backend,
                 }
             )
             self._contents.signatures[index] = signature
@@ -327,6 +330,7 @@ def _read_meta(path: Path, contents: RingContents) -> None:
                     input_dtypes=item["in_dt"],
                     output_dtypes=item["out_dt"],
                     is_p2p=item["p2p"],
+                    backend=item.get("backend"),
                 )
             elif kind == "site":
                 contents.sites[item["i"]] = [tuple(f) for f in item["frames"]]

@@ -15,9 +15,12 @@ import threading
 import time
 from collections.abc import Callable
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from fr_otel.config import RecorderSettings
 from fr_otel.otel.transport import RequestExporter
-from fr_otel.recorder.ring import COMPLETED, FAILED, RingContents, RingWriter
+from fr_otel.recorder.ring import COMPLETED, FAILED, SCHEDULED, RingContents, RingWriter
 
 logger = logging.getLogger(__name__)
 
@@ -85,31 +88,54 @@ class SpanStream(threading.Thread):
             self.cursor = oldest
             self.sent_ahead = {r for r in self.sent_ahead if r >= oldest}
         contents = writer.snapshot(self.cursor, end)
-        finished = [
-            s for s in contents.slots if s[9] in (COMPLETED, FAILED) and s[0] not in self.sent_ahead
-        ]
-        # the cursor moves past everything sent, up to the first record still running
-        pending = [s[0] for s in contents.slots if s[9] not in (COMPLETED, FAILED)]
-        if finished:
-            self._send(contents, finished, deadline_s)
-        self.sent_ahead.update(s[0] for s in finished)
+        candidates = [s for s in contents.slots if s[0] not in self.sent_ahead]
+        done = {s[0] for s in candidates if s[9] in (COMPLETED, FAILED)}
+        table = None
+        if any(s[9] == SCHEDULED for s in candidates):
+            # queued on a GPU stream: torch's FR says which of them have run
+            table = self._merged(dataclasses.replace(contents, slots=candidates))
+            ran = pc.and_(
+                pc.equal(table["state"], "completed"),
+                pc.invert(
+                    pc.is_in(table["record_id"], value_set=pa.array(sorted(done), pa.int64()))
+                ),
+            )
+            done.update(table.filter(ran)["record_id"].to_pylist())
+        pending = [s[0] for s in candidates if s[0] not in done]
+        if done:
+            if table is None:
+                finished = [s for s in candidates if s[0] in done]
+                table = self._table(dataclasses.replace(contents, slots=finished))
+            else:
+                table = table.filter(
+                    pc.is_in(table["record_id"], value_set=pa.array(sorted(done), pa.int64()))
+                )
+            self._send(table, deadline_s)
+        self.sent_ahead.update(done)
         self.cursor = min(pending) if pending else end
         self.sent_ahead = {r for r in self.sent_ahead if r >= self.cursor}
 
-    def _send(
-        self, contents: RingContents, finished: list[tuple[int, ...]], deadline_s: float
-    ) -> None:
-        from fr_otel.otel.spool import resend, spool, spooled
-        from fr_otel.otel.transport import send_all
-        from fr_otel.otel.wire import encode_requests_fast
+    def _table(self, contents: RingContents) -> pa.Table:
         from fr_otel.recorder.table import ring_table
 
-        table = ring_table(
-            dataclasses.replace(contents, slots=finished),
+        return ring_table(
+            contents,
             job=self._settings.job,
             incident=CONTINUOUS_INCIDENT,
             dump_time_ns=time.time_ns(),
         )
+
+    def _merged(self, contents: RingContents) -> pa.Table:
+        from fr_otel.recorder.flush import torch_fr_dump
+        from fr_otel.recorder.frmerge import merge_gpu_state
+
+        return merge_gpu_state(self._table(contents), torch_fr_dump())
+
+    def _send(self, table: pa.Table, deadline_s: float) -> None:
+        from fr_otel.otel.spool import resend, spool, spooled
+        from fr_otel.otel.transport import send_all
+        from fr_otel.otel.wire import encode_requests_fast
+
         report = send_all(encode_requests_fast(table), self._exporter, deadline_s=deadline_s)
         self.sent += report.sent_spans
         if report.unsent:

@@ -42,7 +42,7 @@ def ring_table(
             ]
             site_cache[site] = (frames, call_site(frames))
         frames, where = site_cache[site]
-        backend = info.backend
+        backend = signature.backend or info.backend
         completed = state == COMPLETED
         columns["job"].append(job)
         columns["incident"].append(incident)
