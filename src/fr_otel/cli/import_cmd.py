@@ -59,6 +59,11 @@ def import_(
 
     from fr_otel.archive import import_dumps
 
+    rings = [Path(d) for d in dumps if _is_rings(Path(d))]
+    if rings:
+        if len(rings) != len(dumps):
+            raise click.UsageError("import recorder rings (.ring) separately from dumps")
+        return _import_rings(rings, archive, job, incident)
     spans_files = [Path(d) for d in dumps if d.endswith(".jsonl")]
     if spans_files:
         if len(spans_files) != len(dumps):
@@ -125,3 +130,57 @@ def _import_spans(
         f" ({len(written)} files)"
     )
     return EXIT_OK
+
+
+def _is_rings(path: Path) -> bool:
+    return path.suffix == ".ring" or (path.is_dir() and any(path.rglob("rank-*.ring")))
+
+
+def _import_rings(
+    paths: list[Path], archive: Path | None, job: str | None, incident: str | None
+) -> int:
+    """The recorder's ring files (``ARCHIVE/_rings``), for ranks nobody flushed: a job
+    killed before any rank could declare an incident, run without ``fr-otel run``."""
+    import time
+
+    import pyarrow as pa
+
+    from fr_otel.archive.rows import write_rows
+    from fr_otel.recorder.ring import read_ring
+    from fr_otel.recorder.table import ring_table
+
+    target = config.archive_dir(archive)
+    name = incident or time.strftime("%Y%m%dT%H%M%SZ-rings", time.gmtime())
+    config.validate_partition_value("incident", name)
+    bases = sorted(
+        {
+            p.with_suffix("")
+            for path in paths
+            for p in ([path] if path.is_file() else path.rglob("rank-*.ring"))
+        }
+    )
+    tables, failed = [], 0
+    for base in bases:
+        try:
+            contents = read_ring(base)
+        except (OSError, ValueError) as exc:
+            click.echo(f"fr-otel: {base}.ring: unreadable: {exc}", err=True)
+            failed += 1
+            continue
+        tables.append(
+            ring_table(
+                contents,
+                job=config.job_name(job) if job or not contents.job else contents.job,
+                incident=name,
+                dump_time_ns=time.time_ns(),
+            )
+        )
+    if not tables:
+        return EXIT_BAD_INPUT
+    table = pa.concat_tables(tables)
+    written = write_rows(table, target)
+    click.echo(
+        f"imported {len(tables)} rings, {len(table)} entries into {target}"
+        f" (incident {name}, {len(written)} files)"
+    )
+    return EXIT_BAD_INPUT if failed else EXIT_OK
