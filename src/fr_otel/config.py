@@ -30,6 +30,10 @@ FR_OTEL_JOB = "FR_OTEL_JOB"
 OTEL_SERVICE_NAME = "OTEL_SERVICE_NAME"
 """Standard OpenTelemetry service name: the job name when FR_OTEL_JOB is unset."""
 
+OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
+"""Standard OpenTelemetry resource attributes (``key=value,key2=value2``, values URL-encoded)
+added to every rank's spans; fr_otel's own (``service.name``, ``fr_otel.rank`` ...) win."""
+
 FR_OTEL_IMPORT_WORKERS = "FR_OTEL_IMPORT_WORKERS"
 """Processes used to import dumps. Default: every core (``os.cpu_count()``)."""
 
@@ -40,6 +44,7 @@ ALL_VARIABLES: tuple[str, ...] = (
     FR_OTEL_ARCHIVE,
     FR_OTEL_JOB,
     OTEL_SERVICE_NAME,
+    OTEL_RESOURCE_ATTRIBUTES,
     FR_OTEL_IMPORT_WORKERS,
 )
 """Documented in the README's configuration table; a test keeps the two in step."""
@@ -510,6 +515,8 @@ class RecorderSettings:
     trigger_signal: str | None = DEFAULT_TRIGGER_SIGNAL
     otlp: OtlpSettings | None = None
     """None: no OTLP, the archive only."""
+    resource: dict[str, str] = field(default_factory=dict)
+    """Extra resource attributes of the spans (``OTEL_RESOURCE_ATTRIBUTES``)."""
 
     @property
     def rings(self) -> Path:
@@ -613,10 +620,11 @@ def recorder_settings(
         "trigger_signal": trigger,
     }
     for name, value in overrides.items():
-        if name != "otlp":
+        if name not in ("otlp", "resource"):
             from_env[name] = _check_override(name, value)
     otlp = overrides["otlp"] if "otlp" in overrides else otlp_settings(environ=env)
-    return RecorderSettings(**from_env, otlp=otlp)
+    resource = dict(overrides["resource"]) if "resource" in overrides else resource_attributes(env)
+    return RecorderSettings(**{**from_env, "otlp": otlp, "resource": resource})
 
 
 def recorder_disabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -684,3 +692,14 @@ ALL_VARIABLES = (*ALL_VARIABLES, FR_OTEL_AUTOINSTALL)
 
 def autoinstall_requested(environ: Mapping[str, str] | None = None) -> bool:
     return _env(environ).get(FR_OTEL_AUTOINSTALL) == "1" and not recorder_disabled(environ)
+
+
+def resource_attributes(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``OTEL_RESOURCE_ATTRIBUTES`` as a dict (the headers' format; malformed entries warn)."""
+    text = _env(environ).get(OTEL_RESOURCE_ATTRIBUTES, "")
+    if not text.strip():
+        return {}
+    pairs = parse_otlp_headers(text, variable=OTEL_RESOURCE_ATTRIBUTES)
+    # parse_otlp_headers lower-cases names (gRPC metadata needs it); attribute keys keep case
+    keys = [unquote(item.partition("=")[0]).strip() for item in text.split(",") if "=" in item]
+    return {key: pairs[key.lower()] for key in keys if key and key.lower() in pairs}

@@ -10,6 +10,7 @@ receiver (``tests/otlp_receiver.py``) for the Collector, which cannot be install
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from collections import Counter
 from pathlib import Path
@@ -36,6 +37,11 @@ def _spans_by_rank(receiver: OtlpReceiver, incident: str) -> Counter[int]:
         attributes = {a.key: a.value.string_value for a in span.attributes}
         if attributes.get(model.INCIDENT) == incident:
             counts[resource[model.RANK]] += 1
+            # where the rank ran (a dead rank's own host and pid, from its ring) and the
+            # job's OTEL_RESOURCE_ATTRIBUTES
+            assert resource[model.HOST_NAME] == socket.gethostname()
+            assert isinstance(resource[model.PROCESS_PID], int) and resource[model.PROCESS_PID] > 0
+            assert resource["deployment.environment"] == "ci"
     return counts
 
 
@@ -51,6 +57,7 @@ def test_every_rank_is_archived_and_exported_under_one_incident(name: str, tmp_p
             environment={
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=ci",
             },
         )
         logs = "\n".join(run.logs)
@@ -104,7 +111,9 @@ def test_stuck_rank_flushes_from_background_threads(tmp_path: Path) -> None:
     assert {r["state"] for r in peers_last} == {"started"}
 
 
-def test_unchanged_script_under_fr_otel_run_and_torchrun(tmp_path: Path) -> None:
+def test_unchanged_script_under_fr_otel_run_and_torchrun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = tmp_path / "train.py"
     script.write_text(
         "import datetime, os, torch, torch.distributed as dist\n"
@@ -120,12 +129,19 @@ def test_unchanged_script_under_fr_otel_run_and_torchrun(tmp_path: Path) -> None
     archive = tmp_path / "archive"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3"]
     torchrun += ["--master-port", str(free_port()), str(script)]
-    code = main(["run", "--job", "plain", "--archive", str(archive), "--", *torchrun])
-    assert code != 0  # the job failed, and fr-otel run passes its exit code on
-    [folder] = list((archive / "job=plain").glob("incident=*"))
-    assert sorted(p.name for p in folder.glob("rank-*.parquet")) == [
-        f"rank-{r:06d}.parquet" for r in range(3)
-    ]
+    with OtlpReceiver(protocol="grpc").start() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci")
+        code = main(["run", "--job", "plain", "--archive", str(archive), "--", *torchrun])
+        assert code != 0  # the job failed, and fr-otel run passes its exit code on
+        [folder] = list((archive / "job=plain").glob("incident=*"))
+        rows = Counter(
+            {rank: pq.read_table(folder / f"rank-{rank:06d}.parquet").num_rows for rank in range(3)}
+        )
+        receiver.wait_for_spans(sum(rows.values()), timeout_s=10)
+        # every rank's whole buffer, over OTLP/gRPC too
+        assert _spans_by_rank(receiver, folder.name.removeprefix("incident=")) == rows
     analysis = analyze(archive, job="plain")
     assert analysis.root_cause is not None, analysis.findings
     root = analysis.findings[analysis.root_cause]

@@ -68,10 +68,14 @@ def fleets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pa.Table]:
     return out
 
 
-def _assert_same(table: pa.Table, max_bytes: int = MAX_REQUEST_BYTES) -> list[bytes]:
+def _assert_same(
+    table: pa.Table,
+    max_bytes: int = MAX_REQUEST_BYTES,
+    resource: dict[str, str | int] | None = None,
+) -> list[bytes]:
     """The fast path's requests decode to ``encode_requests``'s, and are its bytes."""
-    expected = list(encode_requests(table, max_bytes=max_bytes))
-    got = list(encode_requests_fast(table, max_bytes=max_bytes))
+    expected = list(encode_requests(table, max_bytes=max_bytes, resource=resource))
+    got = list(encode_requests_fast(table, max_bytes=max_bytes, resource=resource))
     assert len(got) == len(expected)
     for index, (data, request) in enumerate(zip(got, expected, strict=True)):
         decoded = ExportTraceServiceRequest.FromString(data)
@@ -112,6 +116,25 @@ def test_same_requests_as_encode_requests(fleets: dict[str, pa.Table], name: str
     table = fleets[name]
     got = _assert_same(table)
     assert _spans(got) == table.num_rows
+
+
+def test_resource_attributes_are_added_alike_and_never_override_ours(
+    fleets: dict[str, pa.Table],
+) -> None:
+    extra: dict[str, str | int] = {
+        "deployment.environment": "ci",
+        "host.name": "node-7",
+        "process.pid": 4242,
+        "service.name": "not-the-job",  # fr_otel's own attribute wins
+    }
+    got = _assert_same(fleets["gloo_healthy"], resource=extra)
+    resource = ExportTraceServiceRequest.FromString(got[0]).resource_spans[0].resource
+    attributes = {a.key: a.value for a in resource.attributes}
+    assert attributes["deployment.environment"].string_value == "ci"
+    assert attributes["host.name"].string_value == "node-7"
+    assert attributes["process.pid"].int_value == 4242
+    assert attributes["service.name"].string_value == fleets["gloo_healthy"]["job"][0].as_py()
+    assert [a.key for a in resource.attributes].count("service.name") == 1
 
 
 def test_the_fleets_cover_what_the_encoder_branches_on(fleets: dict[str, pa.Table]) -> None:

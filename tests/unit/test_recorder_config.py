@@ -298,3 +298,13 @@ def test_autoinstall_requested(environ: dict[str, str], requested: bool) -> None
 def test_recorder_variables_are_documented_variables() -> None:
     assert set(config.RECORDER_VARIABLES) <= set(config.ALL_VARIABLES)
     assert "FR_OTEL_AUTOINSTALL" in config.ALL_VARIABLES
+
+
+def test_otel_resource_attributes_keep_their_case_and_decode() -> None:
+    from fr_otel.config import recorder_settings, resource_attributes
+
+    env = {"OTEL_RESOURCE_ATTRIBUTES": "k8s.pod.name=trainer-0,Team=ML%20Infra,broken"}
+    assert resource_attributes(env) == {"k8s.pod.name": "trainer-0", "Team": "ML Infra"}
+    assert resource_attributes({}) == {}
+    assert recorder_settings(environ=env).resource == resource_attributes(env)
+    assert recorder_settings({"resource": {"a": "b"}}, environ=env).resource == {"a": "b"}

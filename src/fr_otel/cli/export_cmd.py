@@ -127,7 +127,14 @@ def export(
         verdict = verdict_spans(analyze(archive, job=chosen.job, incident=chosen.incident))
         verdicts = [verdict] if verdict.resource_spans else []
     # files need messages; the wire needs bytes, which the fast encoder writes directly
-    requests = list(encode_requests(table)) + verdicts if (otlp_json or jaeger_json) else []
+    from fr_otel import config
+
+    resource = config.resource_attributes()
+    requests = (
+        list(encode_requests(table, resource=resource)) + verdicts
+        if (otlp_json or jaeger_json)
+        else []
+    )
     where = f"job={chosen.job} incident={chosen.incident}"
     if otlp_json is not None:
         spans = write_otlp_json(requests, otlp_json)
@@ -141,7 +148,9 @@ def export(
     from fr_otel.otel.transport import send_all
     from fr_otel.otel.wire import encode_requests_fast
 
-    payloads: Iterable[Payload] = itertools.chain(encode_requests_fast(table), verdicts)
+    payloads: Iterable[Payload] = itertools.chain(
+        encode_requests_fast(table, resource=resource), verdicts
+    )
     report = send_all(payloads, exporter, deadline_s=deadline)
     exporter.shutdown()
     message = f"sent {report.sent_spans} spans ({where}) over OTLP"

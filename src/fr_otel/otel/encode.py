@@ -8,7 +8,7 @@ cut to stay under a byte budget (gRPC's default limit is 4 MiB).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -155,25 +155,24 @@ def row_to_span(row: dict[str, Any]) -> Span:
     )
 
 
-def _resource(job: str, rank: int) -> ResourceSpans:
+def _resource(job: str, rank: int, extra: Mapping[str, str | int] | None) -> ResourceSpans:
     resource_spans = ResourceSpans()
     resource_spans.resource.attributes.extend(
-        [
-            _kv(model.SERVICE_NAME, job),
-            _kv(model.SERVICE_INSTANCE_ID, model.instance_id(job, rank)),
-            _kv(model.RANK, rank),
-            _kv(model.JOB, job),
-        ]
+        [_kv(key, value) for key, value in model.resource_attributes(job, rank, extra)]
     )
     return resource_spans
 
 
 def encode_requests(
-    table: pa.Table, *, max_bytes: int = MAX_REQUEST_BYTES
+    table: pa.Table,
+    *,
+    max_bytes: int = MAX_REQUEST_BYTES,
+    resource: Mapping[str, str | int] | None = None,
 ) -> Iterator[ExportTraceServiceRequest]:
     """Requests holding every row of ``table`` as a span, each under ``max_bytes``.
 
-    One ``ResourceSpans`` per rank (per job) within a request.
+    One ``ResourceSpans`` per rank (per job) within a request; ``resource`` adds
+    attributes to every rank's resource (``model.resource_attributes``).
     """
     columns = {name: table.column(name).to_pylist() for name in _COLUMNS}
     rows = [
@@ -190,7 +189,7 @@ def encode_requests(
             request, size, current = ExportTraceServiceRequest(), 0, {}
         scope = current.get((row["job"], row["rank"]))
         if scope is None:
-            resource_spans = _resource(row["job"], row["rank"])
+            resource_spans = _resource(row["job"], row["rank"], resource)
             scope = resource_spans.scope_spans.add()
             scope.scope.name = model.SCOPE_NAME
             scope.scope.version = __version__

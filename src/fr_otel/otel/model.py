@@ -20,6 +20,7 @@ queries and docs take their names from this module (``docs/span-model.md``).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Final
 
 # Resource attributes (OpenTelemetry semantic conventions, plus ours).
@@ -135,3 +136,18 @@ def span_id(key: bytes, rank: int, record_id: int) -> bytes:
 
 def instance_id(job: str, rank: int) -> str:
     return f"{job}/rank-{rank}"
+
+
+def resource_attributes(
+    job: str, rank: int, extra: Mapping[str, str | int] | None = None
+) -> list[tuple[str, str | int]]:
+    """The resource of one rank's spans: fr_otel's own attributes, then ``extra`` (from
+    ``OTEL_RESOURCE_ATTRIBUTES``, host and process), which never overrides them."""
+    own: list[tuple[str, str | int]] = [
+        (SERVICE_NAME, job),
+        (SERVICE_INSTANCE_ID, instance_id(job, rank)),
+        (RANK, rank),
+        (JOB, job),
+    ]
+    taken = {key for key, _ in own}
+    return own + [(k, v) for k, v in (extra or {}).items() if k not in taken]

@@ -30,7 +30,7 @@ import functools
 import json
 import struct
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -291,15 +291,10 @@ class _Block:
     """``status`` (15) for a span that never completed."""
 
 
-def _resource(job: str, rank: int) -> _Resource:
+def _resource(job: str, rank: int, extra: Mapping[str, str | int] | None) -> _Resource:
     attributes = b"".join(
         _field(0x0A, _key_value(key, value))
-        for key, value in (
-            (model.SERVICE_NAME, job),
-            (model.SERVICE_INSTANCE_ID, model.instance_id(job, rank)),
-            (model.RANK, rank),
-            (model.JOB, job),
-        )
+        for key, value in model.resource_attributes(job, rank, extra)
     )
     resource = _field(0x0A, attributes)
     scope_body = b""
@@ -323,7 +318,11 @@ def _call_site(text: str | None) -> bytes:
     return out
 
 
-def _block(row: dict[str, Any], resources: dict[tuple[str, int], _Resource]) -> _Block:
+def _block(
+    row: dict[str, Any],
+    resources: dict[tuple[str, int], _Resource],
+    extra: Mapping[str, str | int] | None,
+) -> _Block:
     """The shared part of ``encode.row_to_span`` for one representative row."""
     job, rank, op, state = row["job"], row["rank"], row["op"], row["state"]
     is_p2p = bool(row["is_p2p"]) or op in ("send", "recv")
@@ -366,7 +365,7 @@ def _block(row: dict[str, Any], resources: dict[tuple[str, int], _Resource]) -> 
     error_status = _field(0x7A, _field(0x12, message) + _STATUS_ERROR_CODE)
     resource = resources.get((job, rank))
     if resource is None:
-        resource = resources[(job, rank)] = _resource(job, rank)
+        resource = resources[(job, rank)] = _resource(job, rank, extra)
     return _Block(
         resource=resource,
         key_lead=key[: -len(tail)] + (f"p2p\x00{rank}\x00" if is_p2p else "coll\x00"),
@@ -425,11 +424,17 @@ def _resource_spans(resource: _Resource, spans: list[bytes], spans_size: int) ->
     ]
 
 
-def encode_requests_fast(table: pa.Table, *, max_bytes: int = MAX_REQUEST_BYTES) -> Iterator[bytes]:
+def encode_requests_fast(
+    table: pa.Table,
+    *,
+    max_bytes: int = MAX_REQUEST_BYTES,
+    resource: Mapping[str, str | int] | None = None,
+) -> Iterator[bytes]:
     """Serialized ``ExportTraceServiceRequest``s holding every row of ``table`` as a span.
 
     Decoded, each request equals the corresponding one from
-    ``fr_otel.otel.encode.encode_requests(table, max_bytes=max_bytes)``: the same spans,
+    ``fr_otel.otel.encode.encode_requests(table, max_bytes=max_bytes, resource=resource)``:
+    the same spans,
     the same split into requests (each under ``max_bytes``, unless one span alone is
     larger), one ``ResourceSpans`` per rank (per job) within a request. ``job``, ``rank``
     and ``record_id`` must not be null. Raises ``ValueError`` where the protobuf classes
@@ -449,7 +454,7 @@ def encode_requests_fast(table: pa.Table, *, max_bytes: int = MAX_REQUEST_BYTES)
     ]
     resources: dict[tuple[str, int], _Resource] = {}
     blocks = [
-        _block(dict(zip(_BLOCK_COLUMNS, row, strict=True)), resources)
+        _block(dict(zip(_BLOCK_COLUMNS, row, strict=True)), resources, resource)
         for row in zip(*values, strict=True)
     ]
     rows = {name: table.column(name).combine_chunks() for name in _ROW_COLUMNS}

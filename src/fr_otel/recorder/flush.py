@@ -88,7 +88,8 @@ def flush_ring(
         except OSError as exc:
             report.problems.append(f"raw dump: {exc}")
     if exporter is not None and table is not None:
-        _send(table, already_sent, exporter, deadline, settings, report)
+        resource = span_resource(settings, contents)
+        _send(table, already_sent, exporter, deadline, settings, report, resource)
     report.elapsed_s = time.monotonic() - started
     return report
 
@@ -100,6 +101,7 @@ def _send(
     deadline: float,
     settings: RecorderSettings,
     report: FlushReport,
+    resource: dict[str, str | int],
 ) -> None:
     import pyarrow.compute as pc
 
@@ -112,7 +114,8 @@ def _send(
             sent_before = pa.array(sorted(already_sent), type=pa.int64())
             table = table.filter(pc.invert(pc.is_in(table["record_id"], value_set=sent_before)))
         remaining = max(deadline - time.monotonic(), 0.05)
-        sent = send_all(encode_requests_fast(table), exporter, deadline_s=remaining)
+        requests = encode_requests_fast(table, resource=resource)
+        sent = send_all(requests, exporter, deadline_s=remaining)
         report.spans_sent = sent.sent_spans
         if sent.rejected_spans:
             report.problems.append(
@@ -123,6 +126,19 @@ def _send(
             report.spans_spooled = sent.unsent_spans
     except Exception as exc:  # reported, the archive already holds the rows
         report.problems.append(f"otlp: {exc}")
+
+
+def span_resource(settings: RecorderSettings, contents: RingContents) -> dict[str, str | int]:
+    """``OTEL_RESOURCE_ATTRIBUTES`` plus where the rank ran (from its ring: a dead rank's
+    host and pid, not the flusher's)."""
+    from fr_otel.otel import model
+
+    resource: dict[str, str | int] = dict(settings.resource)
+    if contents.host:
+        resource[model.HOST_NAME] = contents.host
+    if contents.pid:
+        resource[model.PROCESS_PID] = contents.pid
+    return resource
 
 
 def torch_fr_dump() -> bytes | None:

@@ -109,7 +109,13 @@ class RingWriter:
         self.signatures: dict[Any, int] = {}
         self.sites: dict[Any, int] = {}
         self._contents = RingContents(
-            base=base, rank=rank, world=world, job=job, pid=os.getpid(), backend=backend
+            base=base,
+            rank=rank,
+            world=world,
+            job=job,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            backend=backend,
         )
         self._append(
             {
@@ -241,6 +247,7 @@ class RingWriter:
             world=held.world,
             job=held.job,
             pid=held.pid,
+            host=held.host,
             backend=held.backend,
             groups=dict(held.groups),
             signatures=dict(held.signatures),

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from fr_otel.config import RecorderSettings
 from fr_otel.otel.transport import RequestExporter
+from fr_otel.recorder.flush import span_resource
 from fr_otel.recorder.ring import COMPLETED, FAILED, SCHEDULED, RingContents, RingWriter
 
 logger = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class SpanStream(threading.Thread):
                 table = table.filter(
                     pc.is_in(table["record_id"], value_set=pa.array(sorted(done), pa.int64()))
                 )
-            self._send(table, deadline_s)
+            self._send(table, deadline_s, span_resource(self._settings, contents))
         self.sent_ahead.update(done)
         self.cursor = min(pending) if pending else end
         self.sent_ahead = {r for r in self.sent_ahead if r >= self.cursor}
@@ -131,12 +132,13 @@ class SpanStream(threading.Thread):
 
         return merge_gpu_state(self._table(contents), torch_fr_dump())
 
-    def _send(self, table: pa.Table, deadline_s: float) -> None:
+    def _send(self, table: pa.Table, deadline_s: float, resource: dict[str, str | int]) -> None:
         from fr_otel.otel.spool import resend, spool, spooled
         from fr_otel.otel.transport import send_all
         from fr_otel.otel.wire import encode_requests_fast
 
-        report = send_all(encode_requests_fast(table), self._exporter, deadline_s=deadline_s)
+        requests = encode_requests_fast(table, resource=resource)
+        report = send_all(requests, self._exporter, deadline_s=deadline_s)
         self.sent += report.sent_spans
         if report.unsent:
             spool(report.unsent, self._settings.spool_dir)
