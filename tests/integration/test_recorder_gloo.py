@@ -89,6 +89,27 @@ def test_every_rank_is_archived_and_exported_under_one_incident(name: str, tmp_p
     assert root.group.desc == scenario.pg_desc
 
 
+@pytest.mark.parametrize("install", ["after", "launcher"])
+def test_install_after_init_or_by_the_launcher_records_the_same(
+    install: str, tmp_path: Path
+) -> None:
+    run = run_recorded("size_mismatch", tmp_path / "archive", job=JOB, install=install)
+    [incident] = run.incidents()
+    analysis = analyze(tmp_path / "archive", job=JOB, incident=incident)
+    assert analysis.root_cause is not None
+    root = analysis.findings[analysis.root_cause]
+    assert (root.kind, root.culprit_ranks) == ("size_mismatch", [1])
+    # the groups made before install() have their members too
+    manifest = json.loads(
+        (partition_dir(tmp_path / "archive", JOB, incident) / "_incident.json").read_text()
+    )
+    assert {g["desc"]: g["ranks"] for g in manifest["groups"]} == {
+        "default_pg": [0, 1, 2, 3],
+        "front_group": [0, 1, 2],
+        "back_group": [1, 2, 3],
+    }
+
+
 def test_stuck_rank_flushes_from_background_threads(tmp_path: Path) -> None:
     """The recorder's timeout fires while every main thread is still blocked (peers in the
     all_reduce, the culprit in host code): the incident is the watch thread's, and the

@@ -12,8 +12,9 @@ TCPStore itself (torchrun's agent store, so the store outlives any rank), starts
 ranks as ``python -m fr_otel.demo.recorded_job worker NAME`` with ``RANK``/``WORLD_SIZE``/
 ``MASTER_*`` set, and when a rank fails it does what torchrun does: SIGTERM to the others
 at its next monitor tick (0.1 s), then ``fr-otel run``'s finishing flush of whatever rings
-nobody flushed. Each rank calls ``fr_otel.install()`` itself, unless ``autoinstall`` asks
-for ``fr-otel run``'s way (no code change).
+nobody flushed. Each rank calls ``fr_otel.install()`` itself, before or after
+``init_process_group`` (``install``), or gets it ``fr-otel run``'s way, with no code change
+(``install="launcher"``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from pathlib import Path
 PG_TIMEOUT_S = 6.0
 #: The recorder's own timeout in ``stuck_in_host``: it fires while the peers still wait.
 RECORDER_TIMEOUT_S = 2.0
+#: How the ranks get the recorder: ``install()`` before or after ``init_process_group``, or
+#: ``fr-otel run``'s way (the launcher's environment, no call in the script).
+INSTALL_WAYS = ("before", "after", "launcher")
 #: torchrun's default monitor interval: how soon the other ranks get SIGTERM after a failure.
 MONITOR_INTERVAL_S = 0.1
 WARMUP_STEPS = 3
@@ -145,7 +149,7 @@ def run_recorded(
     world: int = 4,
     job: str = "demo",
     environment: Mapping[str, str] | None = None,
-    autoinstall: bool = False,
+    install: str = "before",
     timeout_s: float = 90.0,
 ) -> RecordedRun:
     """Run scenario ``name`` under the recorder, writing into ``archive``.
@@ -154,6 +158,8 @@ def run_recorded(
     ``FR_OTEL_MODE`` ...). Every rank process is gone when this returns.
     """
     scenario = SCENARIOS[name]
+    if install not in INSTALL_WAYS:
+        raise ValueError(f"install must be one of {INSTALL_WAYS}, not {install!r}")
     if not 4 <= world <= 8:
         raise ValueError(f"world must be between 4 and 8, not {world}")
     import datetime
@@ -190,7 +196,7 @@ def run_recorded(
     )
     env.update(scenario.environment)
     env.update(environment or {})
-    if autoinstall:
+    if install == "launcher":
         from fr_otel.recorder.launcher import child_environment
 
         env = child_environment({}, env)
@@ -200,9 +206,7 @@ def run_recorded(
     procs = []
     for rank in range(world):
         rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
-        command = [sys.executable, "-m", "fr_otel.demo.recorded_job", "worker", name]
-        if autoinstall:
-            command.append("--no-install")
+        command = [sys.executable, "-m", "fr_otel.demo.recorded_job", "worker", name, install]
         with logs[rank].open("wb") as log:
             procs.append(
                 subprocess.Popen(command, env=rank_env, stdout=log, stderr=subprocess.STDOUT)
@@ -309,19 +313,21 @@ def _fault_step(name: str, groups: dict[str, object], rank: int) -> None:
         raise ValueError(f"unknown scenario {name!r}")
 
 
-def worker(name: str, install: bool) -> None:
+def worker(name: str, install: str) -> None:
     import datetime
 
     import torch.distributed as dist
 
-    if install:
-        import fr_otel
+    import fr_otel
 
+    if install == "before":
         fr_otel.install()
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
     dist.init_process_group("gloo", timeout=timeout)
+    if install == "after":
+        fr_otel.install()
     groups = {
         FRONT_GROUP: dist.new_group(
             list(range(world - 1)), timeout=timeout, group_desc=FRONT_GROUP
@@ -336,7 +342,7 @@ def worker(name: str, install: bool) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "worker":
-        worker(sys.argv[2], install="--no-install" not in sys.argv[3:])
+    if len(sys.argv) == 4 and sys.argv[1] == "worker" and sys.argv[3] in INSTALL_WAYS:
+        worker(sys.argv[2], install=sys.argv[3])
     else:
-        sys.exit("usage: python -m fr_otel.demo.recorded_job worker SCENARIO [--no-install]")
+        sys.exit("usage: python -m fr_otel.demo.recorded_job worker SCENARIO before|after|launcher")
