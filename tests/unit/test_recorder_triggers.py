@@ -67,7 +67,7 @@ def start_watch() -> Iterator[Callable[..., Watch]]:
 
     def start(**kwargs: object) -> Watch:
         options: dict[str, object] = {
-            "inflight": {},
+            "running": list,
             "dump_file": None,
             "fifo": None,
             "signal_name": None,
@@ -115,28 +115,30 @@ def test_fifo_write_declares_an_operator_incident_at_once(
     watch.stop()
     _poke(fifo)  # wake the select now rather than in 3 s
     _stop(watch)
-    assert (
-        not fifo.exists()
-    )  # the watch removes its FIFO when it stops  # the watch removes its FIFO when it stops
+    assert not fifo.exists()  # the watch removes its FIFO when it stops
 
 
-def test_overdue_inflight_records_declare_one_timeout_each(
+def test_overdue_running_records_declare_one_timeout_each(
     fast_poll: None, start_watch: Callable[..., Watch]
 ) -> None:
-    now = time.monotonic_ns()
+    now = time.time_ns()
     second = 1_000_000_000
     inflight: dict[int, tuple[int, int]] = {
         1: (now - 10 * second, second),  # overdue
         2: (now, 60 * second),  # not yet
         3: (now - 10 * second, 0),  # no timeout known: never
     }
+
+    def running() -> list[tuple[int, int, int]]:
+        return [(record, started, timeout) for record, (started, timeout) in inflight.items()]
+
     incidents = _Incidents()
-    watch = start_watch(inflight=inflight, on_incident=incidents)
+    watch = start_watch(running=running, on_incident=incidents)
     assert incidents.wait_for(1) == ["timeout"]
     time.sleep(0.15)  # several more polls
     assert incidents.reasons == ["timeout"] and watch.timeouts_seen == {1}
 
-    inflight[4] = (time.monotonic_ns(), 50_000_000)  # overdue in 50 ms
+    inflight[4] = (time.time_ns(), 50_000_000)  # overdue in 50 ms
     assert incidents.wait_for(2) == ["timeout", "timeout"]
     time.sleep(0.1)
     assert incidents.reasons == ["timeout", "timeout"] and watch.timeouts_seen == {1, 4}
@@ -208,7 +210,7 @@ _FORK_CHILD = textwrap.dedent(
     import os
     from fr_otel.recorder.triggers import Watch
 
-    watch = Watch(inflight={}, dump_file=None, fifo=None, signal_name=None, on_incident=print)
+    watch = Watch(running=list, dump_file=None, fifo=None, signal_name=None, on_incident=print)
     watch.start()
     pid = os.fork()  # as a DataLoader worker is started
     if pid == 0:
@@ -233,7 +235,7 @@ def test_unknown_signal_name_warns_and_installs_nothing(
     before = signal.getsignal(signal.SIGUSR2)
     with caplog.at_level(logging.WARNING, logger="fr_otel.recorder.triggers"):
         watch = Watch(
-            inflight={}, dump_file=None, fifo=None, signal_name="SIGNOPE", on_incident=print
+            running=list, dump_file=None, fifo=None, signal_name="SIGNOPE", on_incident=print
         )
     assert any("SIGNOPE" in r.getMessage() for r in caplog.records)
     assert watch._signal is not None and watch._signal.read_fd is None
@@ -244,7 +246,7 @@ def test_signal_trigger_is_not_installed_off_the_main_thread() -> None:
     made: list[Watch] = []
     thread = threading.Thread(
         target=lambda: made.append(
-            Watch(inflight={}, dump_file=None, fifo=None, signal_name="SIGUSR2", on_incident=print)
+            Watch(running=list, dump_file=None, fifo=None, signal_name="SIGUSR2", on_incident=print)
         )
     )
     thread.start()
@@ -267,7 +269,7 @@ _SIGNAL_CHILD = textwrap.dedent(
         marker.write_text(reason)
         declared.set()
 
-    watch = Watch(inflight={}, dump_file=None, fifo=None, signal_name="SIGUSR2",
+    watch = Watch(running=list, dump_file=None, fifo=None, signal_name="SIGUSR2",
                   on_incident=on_incident)
     watch.start()
     print("ready", flush=True)
@@ -315,7 +317,7 @@ _OWN_HANDLER_CHILD = textwrap.dedent(
 
     signal.signal(signal.SIGUSR2, mine)
     incidents = []
-    watch = Watch(inflight={}, dump_file=None, fifo=None, signal_name="SIGUSR2",
+    watch = Watch(running=list, dump_file=None, fifo=None, signal_name="SIGUSR2",
                   on_incident=incidents.append)
     watch.start()
     kept = signal.getsignal(signal.SIGUSR2) is mine
@@ -345,7 +347,7 @@ _WAKEUP_FD_CHILD = textwrap.dedent(
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     signal.set_wakeup_fd(write_fd)  # as asyncio does
-    watch = Watch(inflight={}, dump_file=None, fifo=None, signal_name="SIGUSR2",
+    watch = Watch(running=list, dump_file=None, fifo=None, signal_name="SIGUSR2",
                   on_incident=print)
     still_theirs = signal.set_wakeup_fd(-1) == write_fd
     print(still_theirs, signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL,

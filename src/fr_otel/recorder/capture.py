@@ -17,7 +17,6 @@ import inspect
 import logging
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType, FrameType
@@ -141,6 +140,12 @@ class _Hook:
         self.original = original
         params = list(inspect.signature(original).parameters)
         self.positions = {p: i for i, p in enumerate(params)}
+        # the hot path reads these straight from args/kwargs
+        big = len(params) + 1
+        self.group_at = self.positions.get("group", big)
+        self.inputs_at = self.positions.get(spec.inputs, big) if spec.inputs else big
+        self.outputs_at = self.positions.get(spec.outputs, big) if spec.outputs else big
+        self.async_at = self.positions.get("async_op", big)
 
     def arg(self, args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None) -> Any:
         if name is None:
@@ -165,16 +170,26 @@ class Capture:
         """group argument (None = default) -> (index, info, timeout ns, backend by device)."""
         self._seq: list[int] = []
         self._p2p_seq: list[int] = []
-        self._library: dict[CodeType, bool] = {}
-        self.inflight: dict[int, tuple[int, int]] = {}
-        """record id -> (started ns, timeout ns) of the blocking calls in progress."""
+        self._tensor_type: Any = None
+        """``torch.Tensor``, set by ``patch`` (this module does not import torch)."""
+        self._library: dict[int, bool] = {}
+        """id(code) -> is it torch's (or fr_otel's) own frame. Keyed by id: hashing a code
+        object hashes its constants, which for a module's code is every function in the
+        file (8 µs for a 600-line script, on every call)."""
+        self._codes: dict[int, CodeType] = {}
+        """Keeps the code objects of ``_library`` alive, so their ids stay theirs."""
+        self.timeouts_ns: dict[int, int] = {}
+        """Group index -> how long one of its ops may run (the watch checks the ring)."""
         self.errors = 0
         self._warned = False
 
     # --- patching ----------------------------------------------------------------------
 
     def patch(self) -> None:
+        import torch
         import torch.distributed as dist
+
+        self._tensor_type = torch.Tensor
         from torch.distributed import distributed_c10d as c10d
 
         for name, spec in SPECS.items():
@@ -268,6 +283,9 @@ class Capture:
         main = next((b for b in by_device.values() if b in QUEUED_BACKENDS), backend)
         if backend == "undefined" or ":" in backend:
             backend = main
+        by_device[None] = backend
+        if len(set(by_device.values()) - {backend}) == 0:
+            by_device = {}  # one backend for every device: no need to look at tensors
         ranks = tuple(c10d.get_process_group_ranks(pg))
         try:
             import torch
@@ -290,84 +308,114 @@ class Capture:
             self._p2p_seq.append(0)
         limit = self.recorder.settings.timeout_s
         known = (index, info, int(limit * 1e9) if limit is not None else timeout_ns, by_device)
+        self.timeouts_ns[index] = known[2]
         self._groups[group] = known
         return known
 
-    def _site(self, frame: FrameType | None) -> tuple[Any, list[tuple[str, str, int]] | None]:
+    def _site(self, frame: FrameType | None) -> tuple[int, ...]:
+        """The user frames of the stack, innermost first, as (id(code), line, ...)."""
         library = self._library
-        key: list[tuple[CodeType, int]] = []
-        while frame is not None and len(key) < self.stack_depth:
+        key: list[int] = []
+        limit = 2 * self.stack_depth
+        while frame is not None and len(key) < limit:
             code = frame.f_code
-            is_library = library.get(code)
+            code_id = id(code)
+            is_library = library.get(code_id)
             if is_library is None:
-                is_library = library[code] = is_library_frame({"filename": code.co_filename})
+                self._codes[code_id] = code
+                is_library = library[code_id] = is_library_frame({"filename": code.co_filename})
             if not is_library:
-                key.append((code, frame.f_lineno))
+                key.append(code_id)
+                key.append(frame.f_lineno)
             frame = frame.f_back
-        frozen = tuple(key)
-        return frozen, None
+        return tuple(key)
 
     def _begin(
         self, hook: _Hook, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[int, int, bool] | None:
-        group = hook.arg(args, kwargs, "group")
+    ) -> tuple[int, bool | None] | None:
+        """Write the slot; return (record, async?) or None when not recorded. ``async?`` is
+        None for ops only the GPU finishes (their state comes from torch's FR)."""
+        count = len(args)
+        spec = hook.spec
+        group = args[hook.group_at] if count > hook.group_at else kwargs.get("group")
         known = self._groups.get(group) or self._group(group)
         if known is None:
             return None
-        index, info, timeout_ns, by_device = known
-        writer = self.recorder.writer()
+        writer = self.recorder._writer
         if writer is None:
             return None
-        spec = hook.spec
-        inputs = hook.arg(args, kwargs, spec.inputs)
-        outputs = hook.arg(args, kwargs, spec.outputs)
-        device = _device_type(inputs if inputs is not None else outputs)
-        sig_key = (spec.op, device, _shape_key(inputs), _shape_key(outputs))
+        index, info, _, by_device = known
+        inputs: Any = (
+            args[hook.inputs_at] if count > hook.inputs_at else kwargs.get(spec.inputs or "")
+        )
+        outputs: Any = (
+            args[hook.outputs_at] if count > hook.outputs_at else kwargs.get(spec.outputs or "")
+        )
+        # one backend per device only in groups made without naming one
+        device = _device_type(inputs if inputs is not None else outputs) if by_device else None
+        tensor = self._tensor_type
+        sig_key = (
+            spec.op,
+            device,
+            (inputs.shape, inputs.dtype) if type(inputs) is tensor else _shape_key(inputs),
+            (outputs.shape, outputs.dtype) if type(outputs) is tensor else _shape_key(outputs),
+        )
         signature = writer.signatures.get(sig_key)
-        backend = by_device.get(device) or by_device[None]
+        backend = by_device.get(device) or info.backend or ""
         if signature is None:
-            ins, outs = _tensors(inputs), _tensors(outputs)
-            signature = writer.intern_signature(
-                sig_key,
-                Signature(
-                    op=spec.op,
-                    input_sizes=[list(t.shape) for t in ins],
-                    output_sizes=[list(t.shape) for t in outs],
-                    input_dtypes=[_dtype_name(t.dtype) for t in ins],
-                    output_dtypes=[_dtype_name(t.dtype) for t in outs],
-                    is_p2p=spec.kind != "collective",
-                    backend=backend,
-                ),
-            )
-        site_key, _ = self._site(sys._getframe(2))
+            signature = self._new_signature(writer, sig_key, spec, inputs, outputs, backend)
+        site_key = self._site(sys._getframe(2))
         site = writer.sites.get(site_key)
         if site is None:
-            site = writer.intern_site(
-                site_key,
-                [(code.co_name, code.co_filename, line) for code, line in site_key],
-            )
+            site = self._new_site(writer, site_key)
         peer = -1
         if spec.kind == "collective":
             self._seq[index] += 1
         else:
             self._p2p_seq[index] += 1
             peer = self._peer(hook, args, kwargs, info)
-        is_async = not spec.blocking or bool(hook.arg(args, kwargs, "async_op"))
         # NCCL marks even an async op's future complete once it is queued: only torch's
         # FR knows when it ran (frmerge reads it at flush time)
-        queued_only = backend in QUEUED_BACKENDS
+        if backend in QUEUED_BACKENDS:
+            writer.begin(
+                index, self._seq[index], self._p2p_seq[index], signature, site, peer, SCHEDULED
+            )
+            return None
         record = writer.begin(
-            index,
-            self._seq[index],
-            self._p2p_seq[index],
-            signature,
-            site,
-            peer,
-            SCHEDULED if queued_only else STARTED,
+            index, self._seq[index], self._p2p_seq[index], signature, site, peer, STARTED
         )
-        if not queued_only:
-            self.inflight[record] = (time.monotonic_ns(), timeout_ns)
-        return record, index, is_async if not queued_only else None  # type: ignore[return-value]
+        if not spec.blocking:
+            return record, True
+        flag = args[hook.async_at] if count > hook.async_at else kwargs.get("async_op")
+        return record, bool(flag)
+
+    @staticmethod
+    def _new_signature(
+        writer: Any, key: Any, spec: _Spec, inputs: Any, outputs: Any, backend: str
+    ) -> int:
+        ins, outs = _tensors(inputs), _tensors(outputs)
+        index: int = writer.intern_signature(
+            key,
+            Signature(
+                op=spec.op,
+                input_sizes=[list(t.shape) for t in ins],
+                output_sizes=[list(t.shape) for t in outs],
+                input_dtypes=[_dtype_name(t.dtype) for t in ins],
+                output_dtypes=[_dtype_name(t.dtype) for t in outs],
+                is_p2p=spec.kind != "collective",
+                backend=backend,
+            ),
+        )
+        return index
+
+    def _new_site(self, writer: Any, key: tuple[int, ...]) -> int:
+        codes = [self._codes[code_id] for code_id in key[::2]]
+        frames = [
+            (code.co_name, code.co_filename, line)
+            for code, line in zip(codes, key[1::2], strict=True)
+        ]
+        index: int = writer.intern_site(key, frames)
+        return index
 
     @staticmethod
     def _peer(hook: _Hook, args: tuple[Any, ...], kwargs: dict[str, Any], info: GroupInfo) -> int:
@@ -379,15 +427,12 @@ class Capture:
             return int(info.ranks[local])
         return -1
 
-    def _done(self, token: tuple[int, int, bool | None], result: Any) -> None:
-        record, _, is_async = token
-        writer = self.recorder.writer()
+    def _done(self, token: tuple[int, bool | None], result: Any) -> None:
+        record, is_async = token
+        writer = self.recorder._writer
         if writer is None:
             return
-        if is_async is None:
-            return  # queued on a stream: FR's dump knows when it finished
         if not is_async or result is None:
-            self.inflight.pop(record, None)
             writer.finish(record, COMPLETED)
             return
         try:
@@ -396,7 +441,6 @@ class Capture:
             return
 
         def settled(fut: Any) -> None:
-            self.inflight.pop(record, None)
             try:
                 fut.value()
             except Exception as exc:  # reported as the op's failure
@@ -407,10 +451,9 @@ class Capture:
 
         future.add_done_callback(settled)
 
-    def _failed(self, token: tuple[int, int, bool | None], exc: BaseException) -> None:
+    def _failed(self, token: tuple[int, bool | None], exc: BaseException) -> None:
         record = token[0]
-        self.inflight.pop(record, None)
-        writer = self.recorder.writer()
+        writer = self.recorder._writer
         if writer is not None:
             writer.finish(record, FAILED)
             writer.note_error(record, repr(exc))

@@ -27,9 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from fr_otel.config import RecorderSettings
-from fr_otel.recorder.ring import RingWriter, ring_base
+from fr_otel.recorder.ring import STARTED, RingWriter, ring_base
 
 logger = logging.getLogger(__name__)
+
+RUNNING_WINDOW = 1024
+"""How many of the newest ring slots the watch checks for ops past their timeout (ops
+issued and still running are always among the newest)."""
 
 INCIDENT_WINDOW_S = 300.0
 """Automatic triggers this soon after an incident join it rather than declare another."""
@@ -121,7 +125,7 @@ class Recorder:
         from fr_otel.recorder.triggers import Watch
 
         self._watch = Watch(
-            inflight=self.capture.inflight,
+            running=self._running,
             dump_file=_torch_dump_file(self.rank),
             fifo=base.with_suffix(".trigger"),
             signal_name=settings.trigger_signal,
@@ -131,6 +135,18 @@ class Recorder:
         atexit.register(self.close)
         # pay for the flush path's imports now, not during an incident
         threading.Thread(target=_preload, name="fr_otel-preload", daemon=True).start()
+
+    def _running(self) -> list[tuple[int, int, int]]:
+        """(record, created ns, timeout ns) of the newest ops still running."""
+        writer = self._writer
+        if writer is None:
+            return []
+        timeouts = self.capture.timeouts_ns
+        return [
+            (slot[0], slot[7], timeouts.get(slot[1], 0))
+            for slot in writer.slots(writer.next_record - RUNNING_WINDOW)
+            if slot[9] == STARTED
+        ]
 
     def _connect(self, c10d: Any) -> None:
         from fr_otel.recorder.sidechannel import SideChannel, tcp_store_address

@@ -230,16 +230,21 @@ class RingWriter:
         self._contents.flushed.add(incident)
         self._append({"t": "flushed", "incident": incident})
 
-    def snapshot(self, first_record: int = 0, end: int | None = None) -> RingContents:
-        """The records from ``first_record`` up to ``end`` (default: all written) that the
-        ring still holds, decoded, with what they refer to (from memory: no file reads)."""
+    def slots(self, first_record: int = 0, end: int | None = None) -> list[tuple[int, ...]]:
+        """The raw slots of records ``first_record`` to ``end`` the ring still holds."""
         end = self.next_record if end is None else end
         start = max(first_record, end - self.capacity, 0)
-        slots = []
+        found = []
         for record in range(start, end):
             slot = _SLOT.unpack_from(self._map, HEADER_SIZE + (record % self.capacity) * SLOT_SIZE)
             if slot[0] == record and slot[9] != EMPTY:
-                slots.append(slot)
+                found.append(slot)
+        return found
+
+    def snapshot(self, first_record: int = 0, end: int | None = None) -> RingContents:
+        """The records from ``first_record`` up to ``end`` (default: all written) that the
+        ring still holds, decoded, with what they refer to (from memory: no file reads)."""
+        slots = self.slots(first_record, end)
         held = self._contents
         return RingContents(
             base=held.base,

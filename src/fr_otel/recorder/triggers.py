@@ -1,6 +1,7 @@
 """The watch thread: the ways an incident is noticed other than a collective raising.
 
-* a collective pending past its timeout (the recorder's ``FR_OTEL_TIMEOUT`` or the group's);
+* a collective pending past its timeout (the recorder's ``FR_OTEL_TIMEOUT`` or the group's),
+  found by reading the newest slots of the ring, so the training thread does nothing for it;
 * torch's own dump-on-timeout file appearing (NCCL's watchdog writes it);
 * an operator writing to the rank's FIFO (``echo > <ring dir>/job=J/rank-NNNNNN.trigger``);
 * an operator's signal (``SIGUSR2``): Python runs signal handlers only on the main thread,
@@ -20,7 +21,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -112,14 +113,14 @@ class Watch(threading.Thread):
     def __init__(
         self,
         *,
-        inflight: dict[int, tuple[int, int]],
+        running: Callable[[], Iterable[tuple[int, int, int]]],
         dump_file: Path | None,
         fifo: Path | None,
         signal_name: str | None,
         on_incident: Callable[[str], Any],
     ) -> None:
         super().__init__(name="fr_otel-watch", daemon=True)
-        self._inflight = inflight
+        self._running = running
         self._dump_file = dump_file
         self._dump_seen = _mtime(dump_file)
         self._dump_changing: int | None = None
@@ -161,8 +162,8 @@ class Watch(threading.Thread):
             return "signal"
         if self._fifo is not None and self._fifo.fired():
             return "operator"
-        now = time.monotonic_ns()
-        for record, (started, timeout_ns) in list(self._inflight.items()):
+        now = time.time_ns()
+        for record, started, timeout_ns in self._running():
             if timeout_ns and now - started > timeout_ns and record not in self.timeouts_seen:
                 self.timeouts_seen.add(record)
                 return "timeout"
