@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/import_throughput.py
 	$(BIN)/python benchmarks/analyze_vs_fr_trace.py
 	$(BIN)/python benchmarks/flush_vs_sdk.py
+	$(BIN)/python benchmarks/recorder_overhead.py
 
 fixtures: $(STAMP)
 	$(BIN)/python tests/data/generate_gloo.py
