@@ -20,6 +20,7 @@ _LIBRARY_MARKERS = (
     "/multiprocessing/",
     "<string>",
     "<frozen ",
+    "/fr_otel/recorder/capture.py",  # the recorder's own wrappers around torch's calls
 )
 MAX_FRAMES = 16
 LIBRARY_FRAME_PATTERN = "|".join(re.escape(marker) for marker in _LIBRARY_MARKERS)

@@ -212,3 +212,52 @@ def test_continuous_mode_with_the_collector_down_loses_nothing(tmp_path: Path) -
             ids.add((resource[model.RANK], span.span_id))
     assert delivered == recorded
     assert len(ids) == sum(recorded.values())  # each exactly once
+
+
+def test_point_to_point_and_aliases_are_recorded_once_with_their_call_site(
+    tmp_path: Path,
+) -> None:
+    """gloo's own FR records no send/recv at all; the recorder records blocking and async
+    ones (gloo's async p2p works have no future: the watch polls them), and torch's alias
+    functions (all_gather_into_tensor calls all_gather_single) once."""
+    script = tmp_path / "p2p.py"
+    script.write_text(
+        "import os, time, torch, torch.distributed as dist, fr_otel\n"
+        "recorder = fr_otel.install()\n"
+        "dist.init_process_group('gloo')\n"
+        "rank = int(os.environ['RANK'])\n"
+        "t = torch.ones(4)\n"
+        "dist.send(t, 1) if rank == 0 else dist.recv(t, 0)\n"
+        "work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)\n"
+        "work.wait()\n"
+        "dist.all_gather_into_tensor(torch.empty(8), t)\n"
+        "dist.barrier()\n"
+        "time.sleep(0.6)  # a watch poll\n"
+        "if rank == 0:\n"
+        "    recorder.declare('operator')\n"
+        "dist.barrier()\n"
+        "time.sleep(1)\n"
+    )
+    archive = tmp_path / "archive"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    torchrun += ["--master-port", str(free_port()), str(script)]
+    assert main(["run", "--job", "p2p", "--archive", str(archive), "--", *torchrun]) == 0
+    [folder] = list((archive / "job=p2p").glob("incident=*"))
+    rows = sorted(pq.read_table(folder).to_pylist(), key=lambda r: (r["rank"], r["record_id"]))
+    site = f"{script}:{{}} in <module>"
+    # rank 1 flushes from its listener, maybe once it is through the closing barrier too
+    seen = [
+        (r["rank"], r["op"], r["peer"], r["state"], r["call_site"])
+        for r in rows
+        if r["call_site"] != site.format(14)
+    ]
+    assert seen == [
+        (0, "send", 1, "completed", site.format(6)),
+        (0, "send", 1, "completed", site.format(7)),
+        (0, "all_gather_into_tensor", None, "completed", site.format(9)),
+        (0, "barrier", None, "completed", site.format(10)),
+        (1, "recv", 0, "completed", site.format(6)),
+        (1, "recv", 0, "completed", site.format(7)),
+        (1, "all_gather_into_tensor", None, "completed", site.format(9)),
+        (1, "barrier", None, "completed", site.format(10)),
+    ]

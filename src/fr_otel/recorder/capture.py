@@ -13,6 +13,7 @@ recorder is logged once and counted, and the collective runs unrecorded.
 
 from __future__ import annotations
 
+import dis
 import inspect
 import logging
 import sys
@@ -70,8 +71,30 @@ SPECS: dict[str, _Spec] = {
     "isend": _Spec("send", "tensor", None, kind="send", blocking=False),
     "irecv": _Spec("recv", None, "tensor", kind="recv", blocking=False),
 }
-"""Function name -> how to read its arguments. Nested calls (``all_gather_into_tensor``
-calling ``all_gather_single``) are recorded once, as the outermost."""
+"""Function name -> how to read its arguments. A collective that only delegates to another
+one here (``all_gather_into_tensor`` calls ``all_gather_single`` in torch 2.13) is left
+unpatched: the inner call is recorded, and the call site skips torch's frames anyway."""
+
+MAX_UNFINISHED = 4096
+"""Async works polled at most: a program that never waits for its isends cannot grow it."""
+
+_P2P = frozenset({"send", "recv", "isend", "irecv"})
+"""Blocking ``send`` calls ``isend`` and waits (torch 2.13): both are patched, and the inner
+call is not recorded again (a thread-local flag, paid only by point-to-point calls)."""
+
+
+def _delegates(function: Callable[..., Any]) -> bool:
+    """Does ``function`` call another collective of ``SPECS`` through the module's globals?"""
+    try:
+        code = inspect.unwrap(function).__code__
+    except (AttributeError, ValueError):
+        return False
+    own = getattr(function, "__name__", "")
+    return any(
+        i.opname == "LOAD_GLOBAL" and i.argval in SPECS and i.argval not in _P2P | {own}
+        for i in dis.get_instructions(code)
+    )
+
 
 _DEVICE_OF_BACKEND = {"nccl": "cuda", "xccl": "xpu"}
 """Where a backend's ops run, for groups that name one backend (``init_process_group("nccl")``)."""
@@ -164,7 +187,6 @@ class Capture:
     def __init__(self, recorder: Recorder, stack_depth: int) -> None:
         self.recorder = recorder
         self.stack_depth = stack_depth
-        self._local = threading.local()
         self._patched: list[tuple[Any, str, Any]] = []
         self._groups: dict[Any, tuple[int, GroupInfo, int, dict[str | None, str]]] = {}
         """group argument (None = default) -> (index, info, timeout ns, backend by device)."""
@@ -177,7 +199,12 @@ class Capture:
         object hashes its constants, which for a module's code is every function in the
         file (8 µs for a 600-line script, on every call)."""
         self._codes: dict[int, CodeType] = {}
+        self._local = threading.local()
+        self._recent_sites: dict[tuple[int, int, int, int], int] = {}
+        self._recent_codes: dict[tuple[int, int, int, int], tuple[Any, Any]] = {}
         """Keeps the code objects of ``_library`` alive, so their ids stay theirs."""
+        self.unfinished: dict[int, Any] = {}
+        """record id -> async work without a future (gloo's isend/irecv), polled by the watch."""
         self.timeouts_ns: dict[int, int] = {}
         """Group index -> how long one of its ops may run (the watch checks the ring)."""
         self.errors = 0
@@ -194,9 +221,10 @@ class Capture:
 
         for name, spec in SPECS.items():
             original = getattr(c10d, name, None)
-            if original is None:
+            if original is None or _delegates(original):
                 continue
-            wrapper = self._wrapper(_Hook(name, spec, original))
+            hook = _Hook(name, spec, original)
+            wrapper = self._guarded(hook) if name in _P2P else self._wrapper(hook)
             self._patched.append((c10d, name, original))
             setattr(c10d, name, wrapper)
             if getattr(dist, name, None) is original:
@@ -225,31 +253,48 @@ class Capture:
             self._warned = True
             logger.warning("fr_otel recorder error (collective not recorded): %r", exc)
 
-    def _wrapper(self, hook: _Hook) -> Callable[..., Any]:
+    def _guarded(self, hook: _Hook) -> Callable[..., Any]:
+        """``_wrapper`` that records nothing when called from inside another recorded call."""
         local = self._local
-        begin, done, failed = self._begin, self._done, self._failed
+        inner = self._wrapper(hook)
+        original = hook.original
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if getattr(local, "inside", False):
+                return original(*args, **kwargs)
+            local.inside = True
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                local.inside = False
+
+        guarded.__name__ = inner.__name__
+        guarded.__qualname__ = inner.__qualname__
+        guarded.__doc__ = inner.__doc__
+        guarded.__wrapped__ = original  # type: ignore[attr-defined]
+        return guarded
+
+    def _wrapper(self, hook: _Hook) -> Callable[..., Any]:
+        begin, done, failed, original = self._begin, self._done, self._failed, hook.original
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if getattr(local, "depth", 0):
-                return hook.original(*args, **kwargs)
-            local.depth = 1
             try:
+                token = begin(hook, args, kwargs)
+            except Exception as exc:
+                self._failed_internally(exc)
+                token = None
+            try:
+                result = original(*args, **kwargs)
+            except Exception as exc:
+                if token is not None:
+                    failed(token, exc)
+                raise
+            if token is not None:
                 try:
-                    token = begin(hook, args, kwargs)
+                    done(token, result)
                 except Exception as exc:
                     self._failed_internally(exc)
-                    token = None
-                try:
-                    result = hook.original(*args, **kwargs)
-                except Exception as exc:
-                    if token is not None:
-                        failed(token, exc)
-                    raise
-                if token is not None:
-                    done(token, result)
-                return result
-            finally:
-                local.depth = 0
+            return result
 
         wrapper.__name__ = hook.original.__name__
         wrapper.__qualname__ = hook.original.__qualname__
@@ -312,6 +357,21 @@ class Capture:
         self._groups[group] = known
         return known
 
+    def _user_frame(self, frame: FrameType | None) -> FrameType | None:
+        """The first frame from ``frame`` outwards that is not torch's (or ours)."""
+        library = self._library
+        while frame is not None:
+            code = frame.f_code
+            code_id = id(code)
+            is_library = library.get(code_id)
+            if is_library is None:
+                self._codes[code_id] = code
+                is_library = library[code_id] = is_library_frame({"filename": code.co_filename})
+            if not is_library:
+                return frame
+            frame = frame.f_back
+        return None
+
     def _site(self, frame: FrameType | None) -> tuple[int, ...]:
         """The user frames of the stack, innermost first, as (id(code), line, ...)."""
         library = self._library
@@ -364,10 +424,33 @@ class Capture:
         backend = by_device.get(device) or info.backend or ""
         if signature is None:
             signature = self._new_signature(writer, sig_key, spec, inputs, outputs, backend)
-        site_key = self._site(sys._getframe(2))
-        site = writer.sites.get(site_key)
-        if site is None:
-            site = self._new_site(writer, site_key)
+        # A training loop issues its collectives from one long-lived frame, at a few lines,
+        # and the stack above a live frame cannot change: the innermost user frame and its
+        # parent (identity, code, line) find the call site again without the full walk.
+        # Codes are compared too, since a dead frame's id can be reused by a new frame.
+        caller = self._user_frame(sys._getframe(2))
+        parent = caller.f_back if caller is not None else None
+        quick = (
+            id(caller),
+            caller.f_lineno if caller is not None else 0,
+            id(parent),
+            parent.f_lineno if parent is not None else 0,
+        )
+        codes = (
+            caller.f_code if caller is not None else None,
+            parent.f_code if parent is not None else None,
+        )
+        site = self._recent_sites.get(quick)
+        if site is None or self._recent_codes.get(quick) != codes:
+            site_key = self._site(caller)
+            site = writer.sites.get(site_key)
+            if site is None:
+                site = self._new_site(writer, site_key)
+            if len(self._recent_sites) > 256:
+                self._recent_sites.clear()
+                self._recent_codes.clear()
+            self._recent_sites[quick] = site
+            self._recent_codes[quick] = codes
         peer = -1
         if spec.kind == "collective":
             self._seq[index] += 1
@@ -437,7 +520,9 @@ class Capture:
             return
         try:
             future = result.get_future()
-        except Exception:  # a work without a future: leave it in flight
+        except Exception:  # gloo's send/recv works have no future: the watch polls them
+            if len(self.unfinished) < MAX_UNFINISHED:
+                self.unfinished[record] = result
             return
 
         def settled(fut: Any) -> None:
@@ -450,6 +535,21 @@ class Capture:
             writer.finish(record, COMPLETED)
 
         future.add_done_callback(settled)
+
+    def poll_unfinished(self) -> None:
+        """Mark the polled works (those without a future) that have completed since."""
+        writer = self.recorder._writer
+        if writer is None:
+            return
+        for record, work in list(self.unfinished.items()):
+            try:
+                if not work.is_completed():
+                    continue
+                failed = not work.is_success()
+            except Exception:  # a work that cannot say: stop asking
+                failed = False
+            self.unfinished.pop(record, None)
+            writer.finish(record, FAILED if failed else COMPLETED)
 
     def _failed(self, token: tuple[int, bool | None], exc: BaseException) -> None:
         record = token[0]

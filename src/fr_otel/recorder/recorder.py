@@ -141,6 +141,7 @@ class Recorder:
         writer = self._writer
         if writer is None:
             return []
+        self.capture.poll_unfinished()
         timeouts = self.capture.timeouts_ns
         return [
             (slot[0], slot[7], timeouts.get(slot[1], 0))
@@ -239,6 +240,7 @@ class Recorder:
         if writer is None:
             return
         note_incident(self.settings, incident)
+        self.capture.poll_unfinished()
         already = self._stream.already_sent() if self._stream is not None else frozenset()
         report = flush_ring(
             writer.snapshot(),
