@@ -644,6 +644,19 @@ class _Rows:
         ]
 
 
+class EncodedRequest(bytes):
+    """A serialized request that knows how many spans it holds (senders count them; parsing
+    the bytes back for that cost as much as encoding them)."""
+
+    span_count: int = 0
+
+
+def _request(parts: list[bytes], spans: int) -> EncodedRequest:
+    request = EncodedRequest(b"".join(parts))
+    request.span_count = spans
+    return request
+
+
 def _requests(rows: _Rows, max_bytes: int) -> Iterator[bytes]:
     """Hash the ids, assemble the spans and cut the requests as ``encode_requests`` does.
 
@@ -655,6 +668,7 @@ def _requests(rows: _Rows, max_bytes: int) -> Iterator[bytes]:
     zero_trace_id, zero_span_id = _ZERO_TRACE_ID, _ZERO_SPAN_ID
     parts: list[bytes] = []  # the request's pieces, joined once at the end
     size = 0  # what encode_requests counts: resource headers, span sizes plus 16 each
+    count = 0  # spans in the current request
     for begin, stop, resource in rows.runs:
         spans: list[bytes] = []  # this rank's span pieces in the current request
         spans_size = 0
@@ -683,15 +697,16 @@ def _requests(rows: _Rows, max_bytes: int) -> Iterator[bytes]:
                 if spans:
                     parts += _resource_spans(resource, spans, spans_size)
                     spans, spans_size = [], 0
-                yield b"".join(parts)
-                parts, size = [], 0
+                yield _request(parts, count)
+                parts, size, count = [], 0, 0
             if not spans:
                 size += resource.header_size
             # the span as its ScopeSpans.spans field: front holds tag, length, trace_id's tag
             spans += (front, trace_id, b"\x12\x08", span_id, rest)
+            count += 1
             spans_size += len(front) + span_size - 18
             size += span_size
         if spans:
             parts += _resource_spans(resource, spans, spans_size)
     if parts:
-        yield b"".join(parts)
+        yield _request(parts, count)
