@@ -31,7 +31,7 @@ from fr_otel.recorder.ring import STARTED, RingWriter, ring_base
 
 logger = logging.getLogger(__name__)
 
-RUNNING_WINDOW = 1024
+RUNNING_WINDOW = 256
 """How many of the newest ring slots the watch checks for ops past their timeout (ops
 issued and still running are always among the newest)."""
 
