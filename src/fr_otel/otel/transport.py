@@ -70,8 +70,10 @@ Payload: TypeAlias = "ExportTraceServiceRequest | bytes"
 
 
 def as_bytes(request: Payload) -> bytes:
-    if isinstance(request, bytes):
+    if type(request) is bytes:
         return request
+    if isinstance(request, bytes):  # grpc's serializer wants exactly bytes, no subclass
+        return bytes(request)
     payload: bytes = request.SerializeToString()
     return payload
 
