@@ -64,7 +64,7 @@ def import_(
         if len(rings) != len(dumps):
             raise click.UsageError("import recorder rings (.ring) separately from dumps")
         return _import_rings(rings, archive, job, incident)
-    spans_files = [Path(d) for d in dumps if d.endswith(".jsonl")]
+    spans_files = [Path(d) for d in dumps if _is_spans_file(Path(d))]
     if spans_files:
         if len(spans_files) != len(dumps):
             raise click.UsageError("import OTLP JSON lines files (.jsonl) separately from dumps")
@@ -184,3 +184,19 @@ def _import_rings(
         f" (incident {name}, {len(written)} files)"
     )
     return EXIT_BAD_INPUT if failed else EXIT_OK
+
+
+def _is_spans_file(path: Path) -> bool:
+    """OTLP JSON lines: ``*.jsonl``, or a ``*.json`` file that starts like the Collector's
+    file exporter writes one (``data.json``, rotated ``data-2026-11-29T10-00-00.000.json``),
+    not like an FR JSON dump."""
+    if path.suffix == ".jsonl":
+        return True
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64).lstrip()
+    except OSError:
+        return False
+    return head.startswith((b'{"resourceSpans"', b'{"resource_spans"'))
