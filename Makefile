@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fixtures docs
+.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards
 
 $(STAMP): requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,8 @@ demo: $(STAMP)
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks deploy
+	$(BIN)/ruff format --check src tests benchmarks deploy
 
 typecheck: $(STAMP)
 	$(BIN)/mypy src
@@ -38,6 +38,9 @@ bench: $(STAMP)
 
 fixtures: $(STAMP)
 	$(BIN)/python tests/data/generate_gloo.py
+
+dashboards: $(STAMP)
+	$(BIN)/python deploy/grafana/generate.py
 
 docs: $(STAMP)
 	$(BIN)/python -c 'from fr_otel.schema import schema_markdown as m; print(m(), end="")' > docs/schema.md

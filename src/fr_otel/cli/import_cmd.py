@@ -107,7 +107,7 @@ def _import_spans(
     import pyarrow.compute as pc
 
     from fr_otel.archive.rows import write_rows
-    from fr_otel.otel.otlp_import import read_otlp_json_table
+    from fr_otel.otel.otlp_import import read_otlp_json_table, unique_entries
 
     target = config.archive_dir(archive)
     tables = []
@@ -123,6 +123,7 @@ def _import_spans(
             table = table.set_column(
                 table.schema.get_field_index(column), column, pa.repeat(pa.scalar(name), len(table))
             )
+    table = unique_entries(table)
     written = write_rows(table, target)
     ranks = len(pc.unique(table["rank"]))
     click.echo(

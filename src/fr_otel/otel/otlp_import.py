@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
@@ -176,3 +177,15 @@ def spans_to_table(traces: Iterable[TracesData | ExportTraceServiceRequest]) -> 
 def read_otlp_json_table(path: Path) -> pa.Table:
     """``RECORD_SCHEMA`` rows from an OTLP JSON lines file (``write_otlp_json``)."""
     return spans_to_table(read_otlp_json(Path(path)))
+
+
+def unique_entries(table: pa.Table) -> pa.Table:
+    """One row per (job, incident, rank, record_id), the first seen: a Collector delivers at
+    least once, so its file archive can hold a retried batch twice."""
+    if table.num_rows == 0:
+        return table
+    keys = ["job", "incident", "rank", "record_id"]
+    indexed = table.select(keys).append_column("_row", pa.array(range(table.num_rows), pa.int64()))
+    first = indexed.group_by(keys, use_threads=False).aggregate([("_row", "min")])
+    rows = pc.sort_indices(first["_row_min"])
+    return table.take(first["_row_min"].take(rows))
