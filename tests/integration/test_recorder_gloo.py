@@ -167,8 +167,13 @@ def test_unchanged_script_under_fr_otel_run_and_torchrun(
     assert analysis.root_cause is not None, analysis.findings
     root = analysis.findings[analysis.root_cause]
     assert root.culprit_ranks == [2], root
-    # the recorder captured the user's own call sites
-    assert str(script) in json.dumps(root.frames), root.frames
+    # rank 2 ran out of collectives, but its call sites show it was one step ahead: it
+    # issued line 9's all_reduce as its seq 6, where its peers issued line 8's
+    assert root.kind == "skipped_collective", root
+    assert (root.collective_seq_id, root.evidence["skipped_seqs"]) == (6, [6])
+    assert root.frames["majority"][0]["line"] == 8, root.frames
+    assert root.frames["culprit"]["2"][0]["line"] == 9, root.frames
+    assert root.frames["culprit"]["2"][0]["filename"] == str(script)
 
 
 def test_continuous_mode_with_the_collector_down_loses_nothing(tmp_path: Path) -> None:

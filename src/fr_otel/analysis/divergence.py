@@ -105,7 +105,10 @@ def load_group_views(
     for gid, first in sorted(divergent):
         # every slot from the first divergence on, plus the last slot of members that
         # stopped before it (where a missing rank was last seen)
-        slot_rows = connection.execute(_GROUP_SLOTS, [gid, first]).fetchall()
+        # and the few slots before it: a rank that skipped a collective and then stopped
+        # shows it only in its call sites there (see _skip_before_stop)
+        start = max(first - MAX_SHIFT, 0)
+        slot_rows = connection.execute(_GROUP_SLOTS, [gid, start]).fetchall()
         slots = {
             (row[0], row[1]): Slot(
                 seq=row[0],
@@ -126,7 +129,7 @@ def load_group_views(
         summary = connection.execute(
             "SELECT seq, majority_sig, majority_n, runner_up_n, signatures, present, absent"
             " FROM slot_summary WHERE gid = ? AND seq >= ?",
-            [gid, first],
+            [gid, start],
         ).fetchall()
         divergent_seqs: list[int] = []
         for seq, sig, n, runner_up, signatures, present, absent in summary:
@@ -337,6 +340,31 @@ def _explain_shift(view: GroupView, rank: int, seq: int) -> tuple[str, int] | No
     return kind, size
 
 
+def _skip_before_stop(view: GroupView, rank: int, stop: int) -> tuple[int, int] | None:
+    """(seq, k) when ``rank``, whose last slot is ``stop``, skipped k collectives at seq
+    before it stopped: from seq on, its slots were called from somewhere else than its
+    peers' at the same seq and each equals, call site included, the peers' k later.
+
+    The op, sizes and dtypes at those seqs can all agree (the same all_reduce on every
+    step); only the call sites tell that the rank was a step ahead."""
+    for seq in range(max(stop - MAX_SHIFT + 1, 0), stop + 1):
+        slot, majority = view.slots.get((seq, rank)), view.majority.get(seq)
+        if slot is None or majority is None or majority.slot is None:
+            continue
+        if slot.site is None or majority.slot.site is None or slot.site == majority.slot.site:
+            continue
+        for k in range(1, MAX_SHIFT + 1):
+            ahead = [view.majority.get(t + k) for t in range(seq, stop + 1)]
+            if all(
+                m is not None and m.slot is not None and _same(view.slots[(t, rank)], m)
+                for t, m in zip(range(seq, stop + 1), ahead, strict=True)
+                if (t, rank) in view.slots
+            ) and any((t, rank) in view.slots for t in range(seq, stop + 1)):
+                return seq, k
+        return None
+    return None
+
+
 def _mismatch_kind(slot: Slot, reference: Slot) -> str:
     if slot.ops != reference.ops:
         return "op_type_mismatch"
@@ -434,6 +462,29 @@ def classify(view: GroupView) -> list[Finding]:
                 if window is None or window[0] > seq:
                     continue  # evicted from its ring buffer, or no dump: unknown, not absent
                 if window[1] < seq:
+                    skipped_at = _skip_before_stop(view, rank, window[1])
+                    if skipped_at is not None:
+                        at, skip = skipped_at
+                        slot = view.slots[(at, rank)]
+                        collector.add(
+                            "skipped_collective",
+                            at,
+                            rank,
+                            variant=skip,
+                            culprit_slot=slot,
+                            culprit_frames=_ref(slot),
+                            evidence={
+                                "shift": skip,
+                                "skipped_seqs": list(range(at, at + skip)),
+                                "skipped_ops": [
+                                    _op(view.majority[t].slot)
+                                    for t in range(at, at + skip)
+                                    if t in view.majority
+                                ],
+                            },
+                        )
+                        explained[rank] = math.inf
+                        continue
                     last = view.slots.get((window[1], rank))
                     collector.add(
                         "missing_rank",
