@@ -9,15 +9,23 @@ membership from every row; an archive without it is still fully readable.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fr_otel.archive.layout import partition_dir, staging_path
 from fr_otel.errors import ArchiveError
+
+try:  # advisory locking is POSIX; elsewhere concurrent refreshes are not serialised
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+_LOCK_NAME = ".manifest.lock"
 
 MANIFEST_NAME = "_incident.json"
 MANIFEST_VERSION = 1
@@ -71,11 +79,33 @@ def write_manifest(archive: Path, manifest: Manifest) -> Path:
     return final
 
 
+@contextlib.contextmanager
+def _exclusive(folder: Path) -> Iterator[None]:
+    """One manifest refresh at a time per incident. Every rank of a recorder flush writes
+    its file and then refreshes: without the lock, a refresh that listed the files before
+    another rank's commit could be the last to write, and leave that rank out."""
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / _LOCK_NAME).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def refresh_manifest(
     archive: Path, job: str, incident: str, groups: Iterable[GroupMembers]
 ) -> Manifest:
     """Merge ``groups`` into the incident's manifest (they win over what an earlier write
     recorded), recount its ranks from the files present, and write it."""
+    with _exclusive(partition_dir(archive, job, incident)):
+        return _refresh(archive, job, incident, groups)
+
+
+def _refresh(archive: Path, job: str, incident: str, groups: Iterable[GroupMembers]) -> Manifest:
     earlier = read_manifest(archive, job, incident)
     merged = {g.name: g for g in (earlier.groups if earlier else ())}
     merged.update({g.name: g for g in groups})
