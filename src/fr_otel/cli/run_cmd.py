@@ -58,7 +58,11 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
             f" into incident {report.incident}",
             err=True,
         )
+    from fr_otel.archive.layout import partition_dir
+
     for incident in result.incidents:
+        if not partition_dir(settings.archive, settings.job, incident).is_dir():
+            continue  # declared, but no rank had recorded anything
         click.echo(
             f"fr-otel: incident {incident} archived in {settings.archive};"
             f" diagnose it with: fr-otel analyze {settings.archive}"
