@@ -135,3 +135,44 @@ def healthy_dir(tmp_path: Path) -> Path:
     for rank, dump in two_rank_dumps().items():
         write_pickle(folder / f"nccl_trace_rank_{rank}", dump)
     return folder
+
+
+# What a span carries back into a row (fr_otel.otel.otlp_import, docs/span-model.md), and
+# what it does not: shared by the OTLP JSON and the Collector file round trips.
+SPAN_CARRIED = (
+    "job",
+    "incident",
+    "rank",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "record_id",
+    "backend",
+    "op",
+    "peer",
+    "is_p2p",
+    "input_sizes",
+    "output_sizes",
+    "input_dtypes",
+    "output_dtypes",
+    "state",
+    "time_created_ns",
+    "timeout_ms",
+    "call_site",
+)
+SPAN_NOT_CARRIED = (
+    "pg_id",
+    "op_id",
+    "profiling_name",
+    "time_started_ns",
+    "duration_ms",
+    "thread_name",
+    "thread_id",
+    "frames",
+    "pg_last_enqueued_seq",
+    "pg_last_started_seq",
+    "pg_last_completed_seq",
+    "source_file",
+    "fr_version",
+    "comm_lib_version",
+)

@@ -31,6 +31,19 @@ FAULTS = [name for name in SCENARIOS if name != "healthy"]
 JOB = "rec"
 
 
+def _torchrun(script: Path, ranks: int) -> list[str]:
+    """torchrun starting ``ranks`` ranks of ``script`` on a free port."""
+    launcher = [sys.executable, "-m", "torch.distributed.run"]
+    return [
+        *launcher,
+        "--nproc-per-node",
+        str(ranks),
+        "--master-port",
+        str(free_port()),
+        str(script),
+    ]
+
+
 def _spans_by_rank(receiver: OtlpReceiver, incident: str) -> Counter[int]:
     counts: Counter[int] = Counter()
     for resource, span in receiver.spans():
@@ -148,8 +161,7 @@ def test_unchanged_script_under_fr_otel_run_and_torchrun(
         "dist.all_reduce(x)\n"
     )
     archive = tmp_path / "archive"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3"]
-    torchrun += ["--master-port", str(free_port()), str(script)]
+    torchrun = _torchrun(script, 3)
     with OtlpReceiver(protocol="grpc").start() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
@@ -244,8 +256,7 @@ def test_point_to_point_and_aliases_are_recorded_once_with_their_call_site(
         "time.sleep(1)\n"
     )
     archive = tmp_path / "archive"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    torchrun += ["--master-port", str(free_port()), str(script)]
+    torchrun = _torchrun(script, 2)
     assert main(["run", "--job", "p2p", "--archive", str(archive), "--", *torchrun]) == 0
     [folder] = list((archive / "job=p2p").glob("incident=*"))
     rows = sorted(pq.read_table(folder).to_pylist(), key=lambda r: (r["rank"], r["record_id"]))

@@ -30,50 +30,12 @@ from fr_otel.cli import main
 from fr_otel.otel.encode import encode_requests
 from fr_otel.otel.jsonfile import to_otlp_json, write_otlp_json
 from fr_otel.schema import COLUMNS
+from tests.conftest import SPAN_CARRIED, SPAN_NOT_CARRIED
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 GATEWAY = yaml.safe_load((ROOT / "collector-config" / "gateway.yaml").read_text())
 ROTATED_AT = datetime(2026, 8, 22, 10, 15, 0, 123_000, tzinfo=timezone.utc)
-
-# What a span carries back (fr_otel.otel.otlp_import's docstring, docs/span-model.md).
-CARRIED = (
-    "job",
-    "incident",
-    "rank",
-    "pg_name",
-    "pg_desc",
-    "pg_ranks",
-    "record_id",
-    "backend",
-    "op",
-    "peer",
-    "is_p2p",
-    "input_sizes",
-    "output_sizes",
-    "input_dtypes",
-    "output_dtypes",
-    "state",
-    "time_created_ns",
-    "timeout_ms",
-    "call_site",
-)
-NOT_CARRIED = (
-    "pg_id",
-    "op_id",
-    "profiling_name",
-    "time_started_ns",
-    "duration_ms",
-    "thread_name",
-    "thread_id",
-    "frames",
-    "pg_last_enqueued_seq",
-    "pg_last_started_seq",
-    "pg_last_completed_seq",
-    "source_file",
-    "fr_version",
-    "comm_lib_version",
-)
 
 
 CONFIG_PATH = PurePosixPath(GATEWAY["exporters"]["file/archive"]["path"])
@@ -119,7 +81,7 @@ def check_otlp_json_line(line: str) -> None:
 
 def span_view(row: dict[str, Any]) -> dict[str, Any]:
     """A canonical row as far as its span carries it."""
-    out = {column: row[column] for column in CARRIED}
+    out = {column: row[column] for column in SPAN_CARRIED}
     done = row["state"] == "completed" or (row["backend"] == "gloo" and bool(row["retired"]))
     out["collective_seq_id"] = None if row["is_p2p"] else row["collective_seq_id"]
     out["p2p_seq_id"] = row["p2p_seq_id"] if row["is_p2p"] else None
@@ -208,7 +170,7 @@ def test_a_rotated_archive_round_trips_through_fr_otel_import(
     assert len(rows) == len(before)
     assert [span_view(r) for r in rows] == [span_view(r) for r in before]
     for row in rows:
-        assert all(row[column] is None for column in NOT_CARRIED), row
+        assert all(row[column] is None for column in SPAN_NOT_CARRIED), row
         assert row["source_format"] == "otlp"
         assert set(row) == set(COLUMNS)
     for after, row in zip(rows, before, strict=True):

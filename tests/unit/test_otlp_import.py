@@ -25,46 +25,9 @@ from fr_otel.otel.otlp_import import (
 )
 from fr_otel.schema import RECORD_SCHEMA
 from fr_otel.sim import FleetSpec, simulate, write_fleet
+from tests.conftest import SPAN_CARRIED, SPAN_NOT_CARRIED
 
 GLOO = Path(__file__).resolve().parents[1] / "data" / "gloo_size_mismatch"
-
-CARRIED = (
-    "job",
-    "incident",
-    "rank",
-    "pg_name",
-    "pg_desc",
-    "pg_ranks",
-    "record_id",
-    "backend",
-    "op",
-    "peer",
-    "is_p2p",
-    "input_sizes",
-    "output_sizes",
-    "input_dtypes",
-    "output_dtypes",
-    "state",
-    "time_created_ns",
-    "timeout_ms",
-    "call_site",
-)
-NOT_CARRIED = (
-    "pg_id",
-    "op_id",
-    "profiling_name",
-    "time_started_ns",
-    "duration_ms",
-    "thread_name",
-    "thread_id",
-    "frames",
-    "pg_last_enqueued_seq",
-    "pg_last_started_seq",
-    "pg_last_completed_seq",
-    "source_file",
-    "fr_version",
-    "comm_lib_version",
-)
 
 
 def _by_rank(table: pa.Table) -> pa.Table:
@@ -115,9 +78,9 @@ def _round_trip(table: pa.Table, path: Path) -> pa.Table:
 
 def _check(original: pa.Table, back: pa.Table) -> None:
     assert back.num_rows == original.num_rows
-    for column in CARRIED:
+    for column in SPAN_CARRIED:
         assert back.column(column).to_pylist() == original.column(column).to_pylist(), column
-    for column in NOT_CARRIED:
+    for column in SPAN_NOT_CARRIED:
         assert back.column(column).null_count == back.num_rows, column
     assert set(back.column("source_format").to_pylist()) == {SOURCE_FORMAT}
     assert not any(back.column("pg_ranks_inferred").to_pylist())

@@ -433,6 +433,27 @@ class _Collector:
             finding.frames["culprit"][str(rank)] = culprit_frames
 
 
+def _add_skip(
+    collector: _Collector, view: GroupView, seq: int, rank: int, skip: int, slot: Slot | None
+) -> None:
+    """``rank`` skipped the ``skip`` collectives from ``seq`` on; ``slot`` is its own there."""
+    collector.add(
+        "skipped_collective",
+        seq,
+        rank,
+        variant=skip,
+        culprit_slot=slot,
+        culprit_frames=_ref(slot),
+        evidence={
+            "shift": skip,
+            "skipped_seqs": list(range(seq, seq + skip)),
+            "skipped_ops": [
+                _op(view.majority[t].slot) for t in range(seq, seq + skip) if t in view.majority
+            ],
+        },
+    )
+
+
 def classify(view: GroupView) -> list[Finding]:
     """The findings of one group with divergent slots."""
     collector = _Collector(view)
@@ -465,24 +486,7 @@ def classify(view: GroupView) -> list[Finding]:
                     skipped_at = _skip_before_stop(view, rank, window[1])
                     if skipped_at is not None:
                         at, skip = skipped_at
-                        slot = view.slots[(at, rank)]
-                        collector.add(
-                            "skipped_collective",
-                            at,
-                            rank,
-                            variant=skip,
-                            culprit_slot=slot,
-                            culprit_frames=_ref(slot),
-                            evidence={
-                                "shift": skip,
-                                "skipped_seqs": list(range(at, at + skip)),
-                                "skipped_ops": [
-                                    _op(view.majority[t].slot)
-                                    for t in range(at, at + skip)
-                                    if t in view.majority
-                                ],
-                            },
-                        )
+                        _add_skip(collector, view, at, rank, skip, view.slots[(at, rank)])
                         explained[rank] = math.inf
                         continue
                     last = view.slots.get((window[1], rank))
@@ -507,23 +511,7 @@ def classify(view: GroupView) -> list[Finding]:
                 continue
             shift = _explain_shift(view, rank, seq)
             if shift is not None and shift[0] == "skip":
-                skip = shift[1]
-                skipped = [
-                    _op(view.majority[t].slot) for t in range(seq, seq + skip) if t in view.majority
-                ]
-                collector.add(
-                    "skipped_collective",
-                    seq,
-                    rank,
-                    variant=skip,
-                    culprit_slot=slot,
-                    culprit_frames=_ref(slot),
-                    evidence={
-                        "shift": skip,
-                        "skipped_seqs": list(range(seq, seq + skip)),
-                        "skipped_ops": skipped,
-                    },
-                )
+                _add_skip(collector, view, seq, rank, shift[1], slot)
                 explained[rank] = math.inf
                 continue
             if slot is None:

@@ -374,20 +374,12 @@ class Capture:
 
     def _site(self, frame: FrameType | None) -> tuple[int, ...]:
         """The user frames of the stack, innermost first, as (id(code), line, ...)."""
-        library = self._library
         key: list[int] = []
-        limit = 2 * self.stack_depth
-        while frame is not None and len(key) < limit:
-            code = frame.f_code
-            code_id = id(code)
-            is_library = library.get(code_id)
-            if is_library is None:
-                self._codes[code_id] = code
-                is_library = library[code_id] = is_library_frame({"filename": code.co_filename})
-            if not is_library:
-                key.append(code_id)
-                key.append(frame.f_lineno)
-            frame = frame.f_back
+        frame = self._user_frame(frame)
+        while frame is not None and len(key) < 2 * self.stack_depth:
+            key.append(id(frame.f_code))
+            key.append(frame.f_lineno)
+            frame = self._user_frame(frame.f_back)
         return tuple(key)
 
     def _begin(

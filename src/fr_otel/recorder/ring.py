@@ -134,54 +134,50 @@ class RingWriter:
         with self._meta_lock:
             os.write(self._meta, line)
 
-    def intern_group(self, key: Any, info: GroupInfo) -> int:
-        index = self.groups.get(key)
+    def _intern(
+        self,
+        known: dict[Any, int],
+        held: dict[int, Any],
+        key: Any,
+        value: Any,
+        line: dict[str, Any],
+    ) -> int:
+        """The index of ``key`` in ``known``; a new one is written to the meta file first."""
+        index = known.get(key)
         if index is None:
-            index = len(self.groups)
-            self._append(
-                {
-                    "t": "group",
-                    "i": index,
-                    "name": info.name,
-                    "desc": info.desc,
-                    "ranks": list(info.ranks) if info.ranks is not None else None,
-                    "backend": info.backend,
-                    "timeout_ms": info.timeout_ms,
-                }
-            )
-            self._contents.groups[index] = info
-            self.groups[key] = index
+            index = len(known)
+            self._append({**line, "i": index})
+            held[index] = value
+            known[key] = index
         return index
+
+    def intern_group(self, key: Any, info: GroupInfo) -> int:
+        line = {
+            "t": "group",
+            "name": info.name,
+            "desc": info.desc,
+            "ranks": list(info.ranks) if info.ranks is not None else None,
+            "backend": info.backend,
+            "timeout_ms": info.timeout_ms,
+        }
+        return self._intern(self.groups, self._contents.groups, key, info, line)
 
     def intern_signature(self, key: Any, signature: Signature) -> int:
-        index = self.signatures.get(key)
-        if index is None:
-            index = len(self.signatures)
-            self._append(
-                {
-                    "t": "sig",
-                    "i": index,
-                    "op": signature.op,
-                    "in": signature.input_sizes,
-                    "out": signature.output_sizes,
-                    "in_dt": signature.input_dtypes,
-                    "out_dt": signature.output_dtypes,
-                    "p2p": signature.is_p2p,
-                    "backend": signature.backend,
-                }
-            )
-            self._contents.signatures[index] = signature
-            self.signatures[key] = index
-        return index
+        line = {
+            "t": "sig",
+            "op": signature.op,
+            "in": signature.input_sizes,
+            "out": signature.output_sizes,
+            "in_dt": signature.input_dtypes,
+            "out_dt": signature.output_dtypes,
+            "p2p": signature.is_p2p,
+            "backend": signature.backend,
+        }
+        return self._intern(self.signatures, self._contents.signatures, key, signature, line)
 
     def intern_site(self, key: Any, frames: list[tuple[str, str, int]]) -> int:
-        index = self.sites.get(key)
-        if index is None:
-            index = len(self.sites)
-            self._append({"t": "site", "i": index, "frames": frames})
-            self._contents.sites[index] = frames
-            self.sites[key] = index
-        return index
+        line = {"t": "site", "frames": frames}
+        return self._intern(self.sites, self._contents.sites, key, frames, line)
 
     def begin(
         self,
