@@ -390,6 +390,22 @@ def _jaeger_search_url() -> str:
     return f"{JAEGER_UI}/search?service=${{job:percentencode}}&lookback=2d&limit=1500&tags={tags}"
 
 
+def _tempo_variable(
+    name: str, label: str, description: str, attribute: str, sort: Any
+) -> dash.QueryVariable:
+    """A dashboard variable listing the values Tempo has seen for ``attribute``."""
+    return (
+        dash.QueryVariable(name)
+        .id(name)
+        .label(label)
+        .description(description)
+        .datasource(TEMPO)
+        .query(_tempo_label_values(attribute))
+        .refresh(model_dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(sort)
+    )
+
+
 def incident() -> dash.Dashboard:
     collectives = f"{{ {_incident_filter()} }}"
     # A collective's trace holds one span per member rank, each carrying the group size:
@@ -451,34 +467,31 @@ def incident() -> dash.Dashboard:
         )
         .time("now-24h", "now")
         .with_variable(
-            dash.QueryVariable("job")
-            .id("job")
-            .label("job")
-            .description(f"Resource attribute {model.JOB}.")
-            .datasource(TEMPO)
-            .query(_tempo_label_values(resource(model.JOB)))
-            .refresh(model_dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(model_dashboard.VariableSort.ALPHABETICAL_ASC)
+            _tempo_variable(
+                "job",
+                "job",
+                f"Resource attribute {model.JOB}.",
+                resource(model.JOB),
+                model_dashboard.VariableSort.ALPHABETICAL_ASC,
+            )
         )
         .with_variable(
-            dash.QueryVariable("incident")
-            .id("incident")
-            .label("incident")
-            .description(f"Span attribute {model.INCIDENT}.")
-            .datasource(TEMPO)
-            .query(_tempo_label_values(span(model.INCIDENT)))
-            .refresh(model_dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(model_dashboard.VariableSort.ALPHABETICAL_DESC)
+            _tempo_variable(
+                "incident",
+                "incident",
+                f"Span attribute {model.INCIDENT}.",
+                span(model.INCIDENT),
+                model_dashboard.VariableSort.ALPHABETICAL_DESC,
+            )
         )
         .with_variable(
-            dash.QueryVariable("pg_size")
-            .id("pg_size")
-            .label("group size")
-            .description(f"Span attribute {model.PG_SIZE}: one missing-ranks panel each.")
-            .datasource(TEMPO)
-            .query(_tempo_label_values(span(model.PG_SIZE)))
-            .refresh(model_dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(model_dashboard.VariableSort.NUMERICAL_ASC)
+            _tempo_variable(
+                "pg_size",
+                "group size",
+                f"Span attribute {model.PG_SIZE}: one missing-ranks panel each.",
+                span(model.PG_SIZE),
+                model_dashboard.VariableSort.NUMERICAL_ASC,
+            )
             .multi(True)
             .include_all(True)
         )
