@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards
+.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards chromium
 
 $(STAMP): requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,14 +27,26 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 
-unit: $(STAMP)
+unit: $(STAMP) chromium
 	$(BIN)/pytest -q
+
+# The browser tests open the HTML report in Debian's chromium (no browser download:
+# Playwright drives the system one). Installed here when missing and apt can.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the browser tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+		$$SUDO apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		{ $$SUDO apt-get update -qq >/dev/null && $$SUDO apt-get install -y -qq chromium >/dev/null; }; }
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "the browser tests need chromium: apt-get install chromium" >&2; exit 1; }
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/import_throughput.py
 	$(BIN)/python benchmarks/analyze_vs_fr_trace.py
 	$(BIN)/python benchmarks/flush_vs_sdk.py
 	$(BIN)/python benchmarks/recorder_overhead.py
+	$(BIN)/python benchmarks/report_render.py
 
 fixtures: $(STAMP)
 	$(BIN)/python tests/data/generate_gloo.py
@@ -46,4 +58,4 @@ docs: $(STAMP)
 	$(BIN)/python -c 'from fr_otel.schema import schema_markdown as m; print(m(), end="")' > docs/schema.md
 
 clean:
-	rm -rf $(VENV) demo-out bench-out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo-out bench-out test-artifacts .pytest_cache .mypy_cache .ruff_cache

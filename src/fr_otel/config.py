@@ -37,6 +37,10 @@ added to every rank's spans; fr_otel's own (``service.name``, ``fr_otel.rank`` .
 FR_OTEL_IMPORT_WORKERS = "FR_OTEL_IMPORT_WORKERS"
 """Processes used to import dumps. Default: every core (``os.cpu_count()``)."""
 
+FR_OTEL_TRACE_URL = "FR_OTEL_TRACE_URL"
+"""Link template for the HTML report's cells, e.g. Jaeger's
+``http://jaeger:16686/trace/{trace_id}?uiFind={span_id}``. Unset: no trace links."""
+
 DEFAULT_ARCHIVE = Path("fr-otel-archive")
 DEFAULT_JOB = "default"
 
@@ -46,6 +50,7 @@ ALL_VARIABLES: tuple[str, ...] = (
     OTEL_SERVICE_NAME,
     OTEL_RESOURCE_ATTRIBUTES,
     FR_OTEL_IMPORT_WORKERS,
+    FR_OTEL_TRACE_URL,
 )
 """Documented in the README's configuration table; a test keeps the two in step."""
 
@@ -89,6 +94,27 @@ def archive_dir(
         return Path(explicit)
     value = _env(environ).get(FR_OTEL_ARCHIVE, "").strip()
     return Path(value) if value else DEFAULT_ARCHIVE
+
+
+def trace_url(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The report's trace link template: argument > FR_OTEL_TRACE_URL > none. It must hold
+    ``{trace_id}``; ``{span_id}`` is optional (Jaeger's ``uiFind`` selects the span)."""
+    value = explicit if explicit is not None else _env(environ).get(FR_OTEL_TRACE_URL, "")
+    value = value.strip()
+    if not value:
+        return None
+    if "{trace_id}" not in value:
+        raise ConfigError(
+            f"trace URL template {value!r} has no {{trace_id}}"
+            f" (set with --trace-url or {FR_OTEL_TRACE_URL})"
+        )
+    unknown = set(re.findall(r"\{([^{}]*)\}", value)) - {"trace_id", "span_id"}
+    if unknown:
+        raise ConfigError(
+            f"trace URL template {value!r}: unknown placeholder {{{sorted(unknown)[0]}}};"
+            " only {trace_id} and {span_id} are filled in"
+        )
+    return value
 
 
 def import_workers(explicit: int | None = None, environ: Mapping[str, str] | None = None) -> int:

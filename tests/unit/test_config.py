@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,26 @@ def test_workers_fall_back_on_bad_environment(caplog: pytest.LogCaptureFixture) 
     assert config.import_workers(2, {"FR_OTEL_IMPORT_WORKERS": "3"}) == 2
     with pytest.raises(ConfigError):
         config.import_workers(0, {})
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "http://localhost:16686/trace/{trace_id}?uiFind={span_id}",
+        'http://g:3000/explore?left={"datasource":"fr-otel-tempo","queries":'
+        '[{"refId":"A","queryType":"traceql","query":"{trace_id}"}]}',
+    ],
+)
+def test_trace_url_templates_of_jaeger_and_grafana_are_taken(template: str) -> None:
+    assert config.trace_url(None, {"FR_OTEL_TRACE_URL": template}) == template
+    assert config.trace_url(template, {"FR_OTEL_TRACE_URL": "http://other/{trace_id}"}) == template
+    assert config.trace_url(None, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [("http://j/trace/", "no {trace_id}"), ("http://j/{trace_id}/{traceID}", "{traceID}")],
+)
+def test_a_bad_trace_url_template_names_its_problem(template: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        config.trace_url(template)

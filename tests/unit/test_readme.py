@@ -18,6 +18,7 @@ EXPECTED = [
     "nccl_trace_rank_5: foreign:",
     "ROOT CAUSE: rank 21 skipped",
     "skipped_collective",
+    "wrote report.html",
     "ROOT CAUSE: rank 2",
     "default_pg",
 ]

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from fr_otel.cli._errors import EXIT_FINDINGS, EXIT_OK
-from fr_otel.stacks import call_site
+from fr_otel.errors import ArchiveError
+from fr_otel.report.grid import DEFAULT_COLUMNS
+from fr_otel.report.words import where as _where
 
 if TYPE_CHECKING:
     from fr_otel.analysis import Analysis, Finding
@@ -18,20 +20,6 @@ if TYPE_CHECKING:
 
 def _frame_line(frame: dict[str, Any]) -> str:
     return f"{frame.get('name')} at {frame.get('filename')}:{frame.get('line')}"
-
-
-def _where(finding: Finding) -> str | None:
-    """'rank 8 at train.py:141 in step; its peers at train.py:139 in step'."""
-    culprit_frames = finding.frames.get("culprit") or {}
-    parts = []
-    for rank, frames in sorted(culprit_frames.items(), key=lambda kv: int(kv[0]))[:3]:
-        site = call_site(frames)
-        if site:
-            parts.append(f"rank {rank} at {site}")
-    majority_site = call_site(finding.frames.get("majority"))
-    if majority_site:
-        parts.append(f"its peers at {majority_site}" if parts else f"at {majority_site}")
-    return "; ".join(parts) or None
 
 
 def _stacks(finding: Finding, out: TextIO) -> None:
@@ -108,13 +96,28 @@ def render_json(analysis: Analysis, out: TextIO) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["text", "json"]),
+    type=click.Choice(["text", "json", "html"]),
     default="text",
     show_default=True,
-    help="text for people, json for tools (a stable contract).",
+    help="text for people, json for tools (a stable contract), html: a self-contained"
+    " report with the cross-rank grid (use with -o).",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here.")
 @click.option("--stacks", is_flag=True, help="Text: show the stacks of every finding.")
+@click.option(
+    "--columns",
+    type=click.IntRange(min=1),
+    default=DEFAULT_COLUMNS,
+    show_default=True,
+    help="HTML: schedule positions in the grid (the last ones, keeping the divergence).",
+)
+@click.option(
+    "--trace-url",
+    default=None,
+    metavar="TEMPLATE",
+    help="HTML: link each cell to its trace, e.g."
+    " 'http://localhost:16686/trace/{trace_id}?uiFind={span_id}' (default: FR_OTEL_TRACE_URL).",
+)
 def analyze_(
     path: Path,
     job: str | None,
@@ -122,21 +125,20 @@ def analyze_(
     fmt: str,
     output: Path | None,
     stacks: bool,
+    columns: int,
+    trace_url: str | None,
 ) -> int:
     """Find what broke a job: the culprit rank, the collective and the line of code.
 
     PATH is an archive written by `fr-otel import`, or dump files or a folder of them
     (imported on the fly). Exit code 0: no problems found; 1: findings; 2: unusable input.
     """
+    if fmt == "html":
+        return _html(path, job, incident, output, columns, trace_url)
     from fr_otel.analysis import analyze
 
     analysis = analyze(path, job=job, incident=incident)
-    for problem in analysis.input_problems:
-        click.echo(
-            f"fr-otel: {problem['path']}: {problem['problem']}: {problem['detail']}"
-            " (analysed without it)",
-            err=True,
-        )
+    _report_problems(analysis)
     if output is not None:
         with output.open("w") as handle:
             (
@@ -149,3 +151,51 @@ def analyze_(
     else:
         render_text(analysis, sys.stdout, verbose=stacks)
     return EXIT_OK if analysis.healthy else EXIT_FINDINGS
+
+
+def _report_problems(analysis: Analysis) -> None:
+    for problem in analysis.input_problems:
+        click.echo(
+            f"fr-otel: {problem['path']}: {problem['problem']}: {problem['detail']}"
+            " (analysed without it)",
+            err=True,
+        )
+
+
+def _html(
+    path: Path,
+    job: str | None,
+    incident: str | None,
+    output: Path | None,
+    columns: int,
+    trace_url: str | None,
+) -> int:
+    from fr_otel.config import trace_url as configured_trace_url
+    from fr_otel.report import build_report, render_html
+
+    template = configured_trace_url(trace_url)
+    report = build_report(
+        path,
+        job=job,
+        incident=incident,
+        columns=columns,
+        trace_ids=template is not None,
+        span_ids=template is not None and "{span_id}" in template,
+    )
+    _report_problems(report.analysis)
+    page = render_html(report, trace_url=template)
+    if output is None:
+        sys.stdout.write(page)
+    else:
+        try:
+            output.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise ArchiveError(f"{output}: cannot write the report: {exc.strerror}") from exc
+        analysis = report.analysis
+        verdict = (
+            "no problems found"
+            if analysis.healthy
+            else (analysis.findings[analysis.root_cause or 0].summary)
+        )
+        click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB): {verdict}", err=True)
+    return EXIT_OK if report.analysis.healthy else EXIT_FINDINGS

@@ -110,6 +110,12 @@ def demo(out: Path, world: int) -> int:
     buffer = io.StringIO()
     render_text(analysis, buffer)
     click.echo("\n".join("   " + line for line in buffer.getvalue().splitlines()))
+    report = out / "report.html"
+    click.echo(f"   fr-otel analyze {archive} --format html -o {report}")
+    cli_main(
+        ["analyze", str(archive), "--incident", incident, "--format", "html", "-o", str(report)]
+    )
+    click.echo(f"   open {report.absolute()} in a browser: the verdict and the cross-rank grid")
 
     query = DEMO_QUERY.format(archive=archive.as_posix(), job=DEMO_JOB)
     click.echo("5. The same evidence in plain SQL: where did each rank stop? (DuckDB)")

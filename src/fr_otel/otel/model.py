@@ -117,9 +117,33 @@ def trace_key(
     p2p_seq_id: int | None,
 ) -> bytes:
     """What identifies the trace an entry belongs to (see the module docstring)."""
+    return trace_key_in_group(
+        group_key(job=job, pg_name=pg_name, pg_ranks=pg_ranks),
+        collective_seq_id=collective_seq_id,
+        is_p2p=is_p2p,
+        rank=rank,
+        p2p_seq_id=p2p_seq_id,
+    )
+
+
+def group_key(*, job: str, pg_name: str, pg_ranks: list[int] | tuple[int, ...] | None) -> str:
+    """The part of ``trace_key`` one process group's entries share (computed once per
+    group by callers with many entries: a 1,024-rank member list is long to format)."""
     ranks = ",".join(map(str, sorted(pg_ranks))) if pg_ranks else ""
+    return f"{job}\x00{pg_name}\x00{ranks}\x00"
+
+
+def trace_key_in_group(
+    group: str,
+    *,
+    collective_seq_id: int | None,
+    is_p2p: bool,
+    rank: int,
+    p2p_seq_id: int | None,
+) -> bytes:
+    """``trace_key`` for an entry of the group whose ``group_key`` is ``group``."""
     tail = f"p2p\x00{rank}\x00{p2p_seq_id}" if is_p2p else f"coll\x00{collective_seq_id}"
-    return f"{job}\x00{pg_name}\x00{ranks}\x00{tail}".encode()
+    return (group + tail).encode()
 
 
 def trace_id(key: bytes) -> bytes:

@@ -1,0 +1,42 @@
+"""One incident in, its analysis and grid out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fr_otel.analysis import Analysis, analyze_connection, open_source
+from fr_otel.report.grid import DEFAULT_COLUMNS, Grid, build_grid
+
+
+@dataclass(kw_only=True)
+class IncidentReport:
+    analysis: Analysis
+    grid: Grid
+
+
+def build_report(
+    path: str | Path,
+    *,
+    job: str | None = None,
+    incident: str | None = None,
+    columns: int = DEFAULT_COLUMNS,
+    trace_ids: bool = False,
+    span_ids: bool = False,
+) -> IncidentReport:
+    """Analyse ``path`` (an archive or dumps, as ``analyze`` takes) and lay out its grid."""
+    with open_source(path, job=job, incident=incident) as source:
+        analysis = analyze_connection(source.connection, source.incident, source.manifest)
+        analysis.input_problems = [
+            {"path": p.path, "problem": p.problem, "detail": p.detail}
+            for p in source.import_problems
+        ]
+        grid = build_grid(
+            source.connection,
+            source.incident,
+            analysis,
+            columns=columns,
+            trace_ids=trace_ids,
+            span_ids=span_ids,
+        )
+    return IncidentReport(analysis=analysis, grid=grid)

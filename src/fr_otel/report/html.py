@@ -1,0 +1,220 @@
+"""The incident report as one self-contained HTML page.
+
+The verdict and the findings are written here as HTML, so they read without scripts; the
+grid is drawn by ``assets/report.js`` on a canvas from the data embedded in the page (a
+1,024-rank grid would be 200,000 DOM nodes). The page loads nothing: its content security
+policy forbids every request, so it opens from disk, inside a ticket, offline.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from importlib import resources
+from typing import Any
+
+from fr_otel import __version__
+from fr_otel.analysis import Analysis, Finding
+from fr_otel.report.build import IncidentReport
+from fr_otel.report.grid import STATES, Grid
+from fr_otel.report.words import code_locations
+
+_MARKER = re.compile(r"__(TITLE|STYLE|VERDICT|FINDINGS|DATA|SCRIPT|VERSION)__")
+
+PLACEHOLDERS = ("{trace_id}", "{span_id}")
+"""What a trace URL template may contain (``--trace-url``, ``FR_OTEL_TRACE_URL``)."""
+
+_KIND_WORDS = {
+    "missing_rank": "a rank never joined a collective",
+    "skipped_collective": "a rank skipped a collective",
+    "op_type_mismatch": "ranks issued different collectives",
+    "size_mismatch": "ranks disagree on tensor sizes",
+    "dtype_mismatch": "ranks disagree on dtypes",
+    "reordered_collectives": "ranks issued collectives in a different order",
+    "cross_pg_deadlock": "ranks wait on each other across process groups",
+    "p2p_unmatched": "a send or receive has no matching peer",
+    "stuck_in_flight": "a collective never completed on some ranks (GPU or network)",
+}
+
+
+def _asset(name: str) -> str:
+    return (resources.files("fr_otel.report") / "assets" / name).read_text(encoding="utf-8")
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _ranks_text(ranks: list[int], limit: int = 16) -> str:
+    shown = ", ".join(map(str, ranks[:limit]))
+    return shown + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
+
+
+def _group_text(finding: Finding) -> str:
+    group = finding.group
+    size = f", {len(group.ranks)} ranks" if group.ranks else ""
+    return f"{group.desc or '?'} (pg {group.name}{size})"
+
+
+def _verdict(analysis: Analysis) -> str:
+    header = f"{len(analysis.ranks)} rank dumps" + (
+        f" of {analysis.world_size}" if analysis.world_size else ""
+    )
+    notes = []
+    if analysis.missing_dumps:
+        notes.append(
+            f"No dump from ranks {_e(_ranks_text(analysis.missing_dumps))}: their cells are"
+            " unknown, and they are never blamed."
+        )
+    for problem in analysis.input_problems:
+        notes.append(
+            f"Not read: {_e(problem['path'])}: {_e(problem['problem'])}: {_e(problem['detail'])}"
+        )
+    notes_html = "".join(f'<p class="note">{note}</p>' for note in notes)
+    if analysis.healthy or analysis.root_cause is None:
+        return (
+            '<section id="verdict" class="healthy"><h2>No problems found</h2>'
+            f"<p>{_e(header)}: every collective matched across ranks.</p>{notes_html}</section>"
+        )
+    root = analysis.findings[analysis.root_cause]
+    facts = [
+        (
+            "Root cause",
+            f"{_e(_KIND_WORDS.get(root.kind, root.kind))} (<code>{_e(root.kind)}</code>)",
+        ),
+        (
+            "Culprit ranks",
+            f'<span class="culprits">{_e(_ranks_text(sorted(root.culprit_ranks)))}</span>'
+            if root.culprit_ranks
+            else "none named",
+        ),
+        ("Process group", _e(_group_text(root))),
+    ]
+    if root.collective_seq_id is not None:
+        facts.append(
+            (
+                "Collective",
+                f"#{_e(root.collective_seq_id)}" + (f" ({_e(root.op)})" if root.op else ""),
+            )
+        )
+    locations = code_locations(root)
+    if locations:
+        items = "".join(
+            f"<li><b>{_e(who or 'at')}</b> <code>{_e(site)}</code></li>" for who, site in locations
+        )
+        facts.append(("Code", f'<ul class="sites">{items}</ul>'))
+    rows = "".join(f"<tr><th>{label}</th><td>{value}</td></tr>" for label, value in facts)
+    return (
+        '<section id="verdict" class="problem">'
+        f'<h2>Root cause: <span id="verdict-summary">{_e(root.summary)}</span></h2>'
+        f'<table class="facts">{rows}</table>'
+        f'<p class="scope">{_e(header)}; {len(analysis.findings)} finding(s).</p>'
+        f"{notes_html}</section>"
+    )
+
+
+def _findings(analysis: Analysis) -> str:
+    if not analysis.findings:
+        return ""
+    items = []
+    for index, finding in enumerate(analysis.findings):
+        if index == analysis.root_cause:
+            tag = "root cause"
+        elif finding.consequence_of is not None:
+            tag = f"consequence of [{finding.consequence_of}]"
+        else:
+            tag = "independent"
+        culprits = _ranks_text(sorted(finding.culprit_ranks)) or "none"
+        items.append(
+            f'<li><a href="#grid-panel" class="finding" data-finding="{index}">'
+            f"[{index}] <b>{_e(finding.kind)}</b> <i>({_e(tag)})</i>: {_e(finding.summary)}"
+            f' <span class="culprit-list">culprit ranks: {_e(culprits)}</span></a></li>'
+        )
+    return (
+        '<section id="findings"><h2>Findings</h2><p class="hint">Select one to show its cells'
+        f' in the grid.</p><ol start="0">{"".join(items)}</ol></section>'
+    )
+
+
+def _finding_data(finding: Finding) -> dict[str, Any]:
+    return {
+        "kind": finding.kind,
+        "desc": finding.group.desc or finding.group.name,
+        "group": finding.group.name,
+        "seq": finding.collective_seq_id,
+        "op": finding.op,
+        "culprits": sorted(finding.culprit_ranks),
+        "summary": finding.summary,
+    }
+
+
+def _grid_data(grid: Grid) -> dict[str, Any]:
+    created = [t for t in grid.cells["created_ns"] if t is not None]
+    t0 = min(created) if created else 0
+    cells = dict(grid.cells)
+    # times as integer microseconds after the earliest entry: short numbers, exact enough
+    cells["created_us"] = [
+        (t - t0) // 1000 if t is not None else None for t in cells.pop("created_ns")
+    ]
+    cells["done_us"] = [(t - t0) // 1000 if t is not None else None for t in cells.pop("done_ns")]
+    return {
+        "t0_ns": t0,
+        "states": list(STATES),
+        "groups": grid.groups,
+        "rows": {
+            "rank": [r.rank for r in grid.rows],
+            "group": [r.group for r in grid.rows],
+            "dumped": [r.dumped for r in grid.rows],
+            "first": [r.first_seq for r in grid.rows],
+            "last": [r.last_seq for r in grid.rows],
+        },
+        "columns": {
+            "desc": [c.group_desc for c in grid.columns],
+            "p2p": [c.p2p for c in grid.columns],
+            "seq": [c.seq for c in grid.columns],
+            "sub": [c.sub for c in grid.columns],
+        },
+        "columns_total": grid.columns_total,
+        "cells": cells,
+        "signatures": grid.signatures,
+        "stacks": grid.stacks,
+        "traces": grid.traces,
+        "findings": grid.findings,
+    }
+
+
+def _json_for_script(value: object) -> str:
+    # inside <script>, "</" would end the element and "<!--" would open a comment
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_html(report: IncidentReport, *, trace_url: str | None = None) -> str:
+    """The report as one HTML document. ``trace_url``: a template with ``{trace_id}``
+    (and optionally ``{span_id}``) that makes each cell link to its trace."""
+    analysis = report.analysis
+    data = {
+        "version": __version__,
+        "job": analysis.job,
+        "incident": analysis.incident,
+        "world_size": analysis.world_size,
+        "missing_dumps": analysis.missing_dumps,
+        "root_cause": analysis.root_cause,
+        "findings": [_finding_data(f) for f in analysis.findings],
+        "trace_url": trace_url,
+        "grid": _grid_data(report.grid),
+    }
+    title = f"fr-otel: job {analysis.job}, incident {analysis.incident}"
+    page = _asset("report.html")
+    replacements = {
+        "__TITLE__": _e(title),
+        "__STYLE__": _asset("report.css"),
+        "__VERDICT__": _verdict(analysis),
+        "__FINDINGS__": _findings(analysis),
+        "__DATA__": _json_for_script(data),
+        "__SCRIPT__": _asset("report.js"),
+        "__VERSION__": _e(__version__),
+    }
+    # one pass: text inserted (a summary, a file name) is never scanned for markers
+    return _MARKER.sub(lambda match: replacements[match.group(0)], page)

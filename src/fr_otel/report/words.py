@@ -1,0 +1,35 @@
+"""A finding's code locations in words, for every renderer (text, HTML)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fr_otel.stacks import call_site
+
+if TYPE_CHECKING:
+    from fr_otel.analysis import Finding
+
+MAX_CULPRIT_SITES = 3
+
+
+def code_locations(finding: Finding) -> list[tuple[str, str]]:
+    """``[("rank 8", "train.py:141 in step"), ("its peers", "train.py:139 in step")]``:
+    the culprits' call sites (the first few), then the majority's."""
+    culprit_frames = finding.frames.get("culprit") or {}
+    found = []
+    for rank, frames in sorted(culprit_frames.items(), key=lambda kv: int(kv[0])):
+        site = call_site(frames)
+        if site:
+            found.append((f"rank {rank}", site))
+        if len(found) == MAX_CULPRIT_SITES:
+            break
+    majority_site = call_site(finding.frames.get("majority"))
+    if majority_site:
+        found.append(("its peers" if found else "", majority_site))
+    return found
+
+
+def where(finding: Finding) -> str | None:
+    """'rank 8 at train.py:141 in step; its peers at train.py:139 in step'."""
+    parts = [f"{who} at {site}" if who else f"at {site}" for who, site in code_locations(finding)]
+    return "; ".join(parts) or None
