@@ -95,11 +95,14 @@ def test_real_gloo_fault_verdict_and_grid(folder: Path, tmp_path: Path, open_rep
 
 
 @pytest.mark.parametrize("fault", FAULT_KINDS)
-def test_simulated_fault_verdict_and_grid(fault: str, tmp_path: Path, open_report: Any) -> None:
-    fleet = simulate(FleetSpec(world=16, entries=300, fault=fault, seed=0))
+@pytest.mark.parametrize(("world", "seed"), [(16, 0), (32, 3)])  # as the analyzer's tests
+def test_simulated_fault_verdict_and_grid(
+    fault: str, world: int, seed: int, tmp_path: Path, open_report: Any
+) -> None:
+    fleet = simulate(FleetSpec(world=world, entries=300, fault=fault, seed=seed))
     dumps = tmp_path / "dumps"
     write_fleet(fleet, dumps)
-    page, report = _write(tmp_path, dumps, f"sim_{fault}")
+    page, report = _write(tmp_path, dumps, f"sim_{fault}_{world}")
     opened = open_report(page)
     _assert_clean_load(opened, page)
     truth = sorted(fleet.truth.culprit_ranks)
@@ -110,7 +113,7 @@ def test_simulated_fault_verdict_and_grid(fault: str, tmp_path: Path, open_repor
         None if root is None else (root.group.desc or root.group.name),
         None if root is None else root.collective_seq_id,
     )
-    assert opened.screenshot(f"sim_{fault}").stat().st_size > 10_000
+    assert opened.screenshot(f"sim_{fault}_{world}").stat().st_size > 10_000
 
 
 @pytest.mark.gloo

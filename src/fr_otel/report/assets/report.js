@@ -122,12 +122,12 @@
     const mode = zoomSelect.value;
     const nr = view.rows.length, nc = view.cols.length;
     const compact = mode === "compact" || (mode === "auto" && nr > 160);
+    // narrow grids get wider cells, up to filling the width
+    const room = Math.floor((wrap.clientWidth - LABEL_W - 20) / Math.max(nc, 1));
     if (compact) {
-      cw = 7;
+      cw = mode === "auto" ? Math.max(7, Math.min(36, room)) : 7;
       ch = 4;
     } else {
-      // small grids get bigger cells, up to filling the width
-      const room = Math.floor((wrap.clientWidth - LABEL_W - 20) / Math.max(nc, 1));
       cw = mode === "auto" ? Math.max(14, Math.min(36, room)) : 14;
       ch = mode === "auto" && nr <= 64 ? 22 : 14;
     }
@@ -222,12 +222,23 @@
         ctx.fillStyle = "#b9b9b9";
         ctx.fillRect(LABEL_W - 12, y, 5, Math.max(ch - vgap, 2));
       }
-      if (culprit || vr % every === 0) {
-        ctx.fillStyle = culprit ? "#d62728" : "#333";
-        ctx.font = (culprit ? "bold " : "") + "11px system-ui, sans-serif";
-        ctx.fillText((culprit ? "▶ " : "") + label(r) + (rows.dumped[r] ? "" : " (no dump)"), 6,
-          y + Math.max(ch, 12) / 2, LABEL_W - 18);
+      if (!culprit && vr % every === 0) {
+        ctx.fillStyle = "#333";
+        ctx.font = "11px system-ui, sans-serif";
+        ctx.fillText(label(r) + (rows.dumped[r] ? "" : " (no dump)"), 6, y + ch / 2,
+          LABEL_W - 18);
       }
+    }
+    // culprit labels last, on a band of their own, over any neighbour they would overlap
+    for (let vr = r0; vr < r1; vr++) {
+      const r = view.rows[vr];
+      if (!culpritRows.has(r)) continue;
+      const y = HEADER_H + vr * ch - sy + ch / 2;
+      ctx.fillStyle = "#fde8e8";
+      ctx.fillRect(0, y - 7, LABEL_W - 7, 14);
+      ctx.fillStyle = "#d62728";
+      ctx.font = "bold 11px system-ui, sans-serif";
+      ctx.fillText("▶ " + label(r) + (rows.dumped[r] ? "" : " (no dump)"), 6, y, LABEL_W - 18);
     }
     // column header: group band, sequence numbers, the divergence marker
     ctx.fillStyle = "#f6f6f8";
