@@ -18,13 +18,26 @@ import inspect
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from fr_otel.recorder.frmerge import QUEUED_BACKENDS
-from fr_otel.recorder.ring import COMPLETED, FAILED, SCHEDULED, STARTED, GroupInfo, Signature
+from fr_otel.recorder.ring import (
+    COMPLETED,
+    DONE,
+    DONE_OFFSET,
+    FAILED,
+    HEADER_SIZE,
+    SCHEDULED,
+    SLOT,
+    SLOT_SIZE,
+    STARTED,
+    GroupInfo,
+    Signature,
+)
 from fr_otel.stacks import is_library_frame
 
 if TYPE_CHECKING:
@@ -154,6 +167,9 @@ def _shape_key(value: Any) -> Any:
     return (shape, value.dtype) if shape is not None else None
 
 
+_Known = tuple[int, GroupInfo, int, dict[str | None, str], str]
+
+
 class _Hook:
     """One patched function: argument positions resolved once, at install."""
 
@@ -188,8 +204,9 @@ class Capture:
         self.recorder = recorder
         self.stack_depth = stack_depth
         self._patched: list[tuple[Any, str, Any]] = []
-        self._groups: dict[Any, tuple[int, GroupInfo, int, dict[str | None, str]]] = {}
-        """group argument (None = default) -> (index, info, timeout ns, backend by device)."""
+        self._groups: dict[Any, _Known] = {}
+        """group argument (None = default) -> (index, info, timeout ns, backend by device,
+        backend of ops whose device has none of its own)."""
         self._seq: list[int] = []
         self._p2p_seq: list[int] = []
         self._tensor_type: Any = None
@@ -199,10 +216,11 @@ class Capture:
         object hashes its constants, which for a module's code is every function in the
         file (8 µs for a 600-line script, on every call)."""
         self._codes: dict[int, CodeType] = {}
-        self._local = threading.local()
-        self._recent_sites: dict[tuple[int, int, int, int], int] = {}
-        self._recent_codes: dict[tuple[int, int, int, int], tuple[Any, Any]] = {}
         """Keeps the code objects of ``_library`` alive, so their ids stay theirs."""
+        self._local = threading.local()
+        self._recent_sites: dict[tuple[int, int, int, int], tuple[int, Any, Any]] = {}
+        """(id(caller), its f_lasti, id(parent), its f_lasti) -> (site, caller's code,
+        parent's code), the wrapper's shortcut past the frame walk."""
         self.unfinished: dict[int, Any] = {}
         """record id -> async work without a future (gloo's isend/irecv), polled by the watch."""
         self.timeouts_ns: dict[int, int] = {}
@@ -275,36 +293,188 @@ class Capture:
         return guarded
 
     def _wrapper(self, hook: _Hook) -> Callable[..., Any]:
-        begin, done, failed, original = self._begin, self._done, self._failed, hook.original
+        # Everything the wrapper does is inlined here, on closure locals, because of where
+        # it runs: right after the previous collective, whose wait let other threads and
+        # processes evict this thread's caches. There each Python call, attribute lookup
+        # and temporary costs several times what a warm micro benchmark shows, so the
+        # common case (a known group, signature and call site) makes no Python call but
+        # the original's; the rest goes to the methods below.
+        original = hook.original
+        spec = hook.spec
+        op, collective, blocking = spec.op, spec.kind == "collective", spec.blocking
+        group_at, inputs_at, outputs_at = hook.group_at, hook.inputs_at, hook.outputs_at
+        async_at = hook.async_at
+        inputs_name, outputs_name = spec.inputs or "", spec.outputs or ""
+        # all_reduce, broadcast, reduce: one tensor is both, read its shape once
+        same = spec.inputs is not None and spec.inputs == spec.outputs and inputs_at == outputs_at
+        recorder, groups, seqs, p2p_seqs = self.recorder, self._groups, self._seq, self._p2p_seq
+        recent, library = self._recent_sites, self._library
+        tensor_type = self._tensor_type
+        getframe, time_ns = sys._getframe, time.time_ns
+        pack_slot, pack_done = SLOT.pack_into, DONE.pack_into
+        # (shape, dtype) -> signature, for ops of one tensor in groups of one backend
+        signatures: dict[Any, int] = {}
+        owner: list[Any] = [None]
+        failed, failed_internally = self._failed, self._failed_internally
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            record = -1
+            is_async = False
             try:
-                token = begin(hook, args, kwargs)
+                count = len(args)
+                if count > group_at:
+                    group = args[group_at]
+                else:
+                    group = kwargs.get("group") if kwargs else None
+                known = groups.get(group) or self._group(group)
+                writer = recorder._writer
+                if known is not None and writer is not None:
+                    index, info, _, by_device, fallback = known
+                    if count > inputs_at:
+                        inputs = args[inputs_at]
+                    else:
+                        inputs = kwargs.get(inputs_name) if kwargs else None
+                    if type(inputs) is tensor_type:
+                        in_key: Any = (inputs.shape, inputs.dtype)
+                    else:
+                        in_key = _shape_key(inputs)
+                    out_key: Any
+                    outputs: Any
+                    if same:
+                        outputs, out_key = inputs, in_key
+                    else:
+                        if count > outputs_at:
+                            outputs = args[outputs_at]
+                        else:
+                            outputs = kwargs.get(outputs_name) if kwargs else None
+                        if type(outputs) is tensor_type:
+                            out_key = (outputs.shape, outputs.dtype)
+                        else:
+                            out_key = _shape_key(outputs)
+                    if by_device:  # one backend per device only in groups made without naming one
+                        device = _device_type(inputs if inputs is not None else outputs)
+                        backend = by_device.get(device) or fallback
+                        signature = None
+                    else:
+                        device, backend = None, fallback
+                        # the writer's key holds the op, the device (None here) and the
+                        # tensors' key twice: this hook's own dict skips hashing all that.
+                        # Its indexes are one writer's: forget them if another ever opens
+                        if writer is not owner[0]:
+                            signatures.clear()
+                            owner[0] = writer
+                        signature = signatures.get(in_key) if same else None
+                    if signature is None:
+                        sig_key = (op, device, in_key, out_key)
+                        signature = writer.signatures.get(sig_key)
+                        if signature is None:
+                            signature = self._new_signature(
+                                writer, sig_key, spec, inputs, outputs, backend
+                            )
+                        if same and device is None and len(signatures) < 4096:
+                            signatures[in_key] = signature
+                    # A training loop issues its collectives from one long-lived frame, at a
+                    # few places, and the stack above a live frame cannot change: the
+                    # innermost user frame and its parent (identity, code, instruction) find
+                    # the call site again without the full walk. Codes are compared too,
+                    # since a dead frame's id can be reused by a new frame. The instruction
+                    # offset, not the line: f_lineno scans the code's line table up to it,
+                    # which in a long training function costs more than all the rest.
+                    frame = getframe(1)
+                    if library.get(id(frame.f_code)) is False:
+                        caller: FrameType | None = frame
+                    else:
+                        caller = self._user_frame(frame)
+                    if caller is not None:
+                        parent = caller.f_back
+                        if parent is not None:
+                            quick = (id(caller), caller.f_lasti, id(parent), parent.f_lasti)
+                            parent_code = parent.f_code
+                        else:
+                            quick, parent_code = (id(caller), caller.f_lasti, 0, -1), None
+                        hit = recent.get(quick)
+                        if hit is not None and hit[1] is caller.f_code and hit[2] is parent_code:
+                            site = hit[0]
+                        else:
+                            site = self._call_site(writer, caller, quick, parent_code)
+                    else:
+                        site = self._call_site(writer, None, None, None)
+                    if collective:
+                        seq = seqs[index] + 1
+                        seqs[index] = seq
+                        p2p_seq = p2p_seqs[index]
+                        peer = -1
+                    else:
+                        seq = seqs[index]
+                        p2p_seq = p2p_seqs[index] + 1
+                        p2p_seqs[index] = p2p_seq
+                        peer = self._peer(hook, args, kwargs, info)
+                    # RingWriter.begin, inlined
+                    record = writer.next_record
+                    # NCCL marks even an async op's future complete once it is queued: only
+                    # torch's FR knows when it ran (frmerge reads it at flush time)
+                    queued = backend in QUEUED_BACKENDS
+                    pack_slot(
+                        writer._map,
+                        HEADER_SIZE + (record % writer.capacity) * SLOT_SIZE,
+                        record,
+                        index,
+                        seq,
+                        p2p_seq,
+                        signature,
+                        site,
+                        peer,
+                        time_ns(),
+                        0,
+                        SCHEDULED if queued else STARTED,
+                    )
+                    # only now: a reader that sees the new count finds the slot written
+                    writer.next_record = record + 1
+                    if queued:
+                        record = -1
+                    elif not blocking:
+                        is_async = True
+                    elif count > async_at:
+                        is_async = bool(args[async_at])
+                    elif kwargs:
+                        is_async = bool(kwargs.get("async_op"))
             except Exception as exc:
-                self._failed_internally(exc)
-                token = None
+                failed_internally(exc)
+                record = -1
+            if record < 0:
+                return original(*args, **kwargs)
             try:
                 result = original(*args, **kwargs)
             except Exception as exc:
-                if token is not None:
-                    failed(token, exc)
+                failed((record, is_async), exc)
                 raise
-            if token is not None:
-                try:
-                    done(token, result)
-                except Exception as exc:
-                    self._failed_internally(exc)
+            try:
+                writer = recorder._writer
+                if writer is not None:
+                    if not is_async or result is None:
+                        # RingWriter.finish, inlined; the slot is still this record's unless
+                        # a whole ring of records began since
+                        capacity = writer.capacity
+                        if writer.next_record - record <= capacity:
+                            offset = HEADER_SIZE + (record % capacity) * SLOT_SIZE + DONE_OFFSET
+                            pack_done(writer._map, offset, time_ns(), COMPLETED)
+                    else:
+                        self._settle_later(writer, record, result)
+            except ValueError:  # the ring was closed at exit during the call
+                pass
+            except Exception as exc:
+                failed_internally(exc)
             return result
 
-        wrapper.__name__ = hook.original.__name__
-        wrapper.__qualname__ = hook.original.__qualname__
-        wrapper.__doc__ = hook.original.__doc__
-        wrapper.__wrapped__ = hook.original  # type: ignore[attr-defined]
+        wrapper.__name__ = original.__name__
+        wrapper.__qualname__ = original.__qualname__
+        wrapper.__doc__ = original.__doc__
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
         return wrapper
 
     # --- recording ---------------------------------------------------------------------
 
-    def _group(self, group: Any) -> tuple[int, GroupInfo, int, dict[str | None, str]] | None:
+    def _group(self, group: Any) -> _Known | None:
         known = self._groups.get(group)
         if known is not None:
             return known
@@ -352,7 +522,8 @@ class Capture:
             self._seq.append(0)
             self._p2p_seq.append(0)
         limit = self.recorder.settings.timeout_s
-        known = (index, info, int(limit * 1e9) if limit is not None else timeout_ns, by_device)
+        timeout = int(limit * 1e9) if limit is not None else timeout_ns
+        known = (index, info, timeout, by_device, info.backend or "")
         self.timeouts_ns[index] = known[2]
         self._groups[group] = known
         return known
@@ -382,87 +553,24 @@ class Capture:
             frame = self._user_frame(frame.f_back)
         return tuple(key)
 
-    def _begin(
-        self, hook: _Hook, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[int, bool | None] | None:
-        """Write the slot; return (record, async?) or None when not recorded. ``async?`` is
-        None for ops only the GPU finishes (their state comes from torch's FR)."""
-        count = len(args)
-        spec = hook.spec
-        group = args[hook.group_at] if count > hook.group_at else kwargs.get("group")
-        known = self._groups.get(group) or self._group(group)
-        if known is None:
-            return None
-        writer = self.recorder._writer
-        if writer is None:
-            return None
-        index, info, _, by_device = known
-        inputs: Any = (
-            args[hook.inputs_at] if count > hook.inputs_at else kwargs.get(spec.inputs or "")
-        )
-        outputs: Any = (
-            args[hook.outputs_at] if count > hook.outputs_at else kwargs.get(spec.outputs or "")
-        )
-        # one backend per device only in groups made without naming one
-        device = _device_type(inputs if inputs is not None else outputs) if by_device else None
-        tensor = self._tensor_type
-        sig_key = (
-            spec.op,
-            device,
-            (inputs.shape, inputs.dtype) if type(inputs) is tensor else _shape_key(inputs),
-            (outputs.shape, outputs.dtype) if type(outputs) is tensor else _shape_key(outputs),
-        )
-        signature = writer.signatures.get(sig_key)
-        backend = by_device.get(device) or info.backend or ""
-        if signature is None:
-            signature = self._new_signature(writer, sig_key, spec, inputs, outputs, backend)
-        # A training loop issues its collectives from one long-lived frame, at a few lines,
-        # and the stack above a live frame cannot change: the innermost user frame and its
-        # parent (identity, code, line) find the call site again without the full walk.
-        # Codes are compared too, since a dead frame's id can be reused by a new frame.
-        caller = self._user_frame(sys._getframe(2))
-        parent = caller.f_back if caller is not None else None
-        quick = (
-            id(caller),
-            caller.f_lineno if caller is not None else 0,
-            id(parent),
-            parent.f_lineno if parent is not None else 0,
-        )
-        codes = (
-            caller.f_code if caller is not None else None,
-            parent.f_code if parent is not None else None,
-        )
-        site = self._recent_sites.get(quick)
-        if site is None or self._recent_codes.get(quick) != codes:
-            site_key = self._site(caller)
-            site = writer.sites.get(site_key)
-            if site is None:
-                site = self._new_site(writer, site_key)
+    def _call_site(
+        self,
+        writer: Any,
+        caller: FrameType | None,
+        quick: tuple[int, int, int, int] | None,
+        parent_code: CodeType | None,
+    ) -> int:
+        """The site of the stack from ``caller`` (the innermost user frame) outwards, by the
+        full walk; remembered under ``quick`` for the wrapper's next call from there."""
+        key = self._site(caller)
+        site = writer.sites.get(key)
+        if site is None:
+            site = self._new_site(writer, key)
+        if quick is not None and caller is not None:
             if len(self._recent_sites) > 256:
                 self._recent_sites.clear()
-                self._recent_codes.clear()
-            self._recent_sites[quick] = site
-            self._recent_codes[quick] = codes
-        peer = -1
-        if spec.kind == "collective":
-            self._seq[index] += 1
-        else:
-            self._p2p_seq[index] += 1
-            peer = self._peer(hook, args, kwargs, info)
-        # NCCL marks even an async op's future complete once it is queued: only torch's
-        # FR knows when it ran (frmerge reads it at flush time)
-        if backend in QUEUED_BACKENDS:
-            writer.begin(
-                index, self._seq[index], self._p2p_seq[index], signature, site, peer, SCHEDULED
-            )
-            return None
-        record = writer.begin(
-            index, self._seq[index], self._p2p_seq[index], signature, site, peer, STARTED
-        )
-        if not spec.blocking:
-            return record, True
-        flag = args[hook.async_at] if count > hook.async_at else kwargs.get("async_op")
-        return record, bool(flag)
+            self._recent_sites[quick] = (site, caller.f_code, parent_code)
+        return int(site)
 
     @staticmethod
     def _new_signature(
@@ -502,14 +610,8 @@ class Capture:
             return int(info.ranks[local])
         return -1
 
-    def _done(self, token: tuple[int, bool | None], result: Any) -> None:
-        record, is_async = token
-        writer = self.recorder._writer
-        if writer is None:
-            return
-        if not is_async or result is None:
-            writer.finish(record, COMPLETED)
-            return
+    def _settle_later(self, writer: Any, record: int, result: Any) -> None:
+        """Mark an async op's slot when its work finishes."""
         try:
             future = result.get_future()
         except Exception:  # gloo's send/recv works have no future: the watch polls them

@@ -36,11 +36,12 @@ from typing import Any, Final
 MAGIC: Final = b"FROTRNG1"
 _HEADER = struct.Struct("<8sIIq")  # magic, slot size, capacity, created ns
 HEADER_SIZE: Final = 64
-_SLOT = struct.Struct("<qiqqiiiqqb7x")
+# SLOT, DONE and their offsets are public: capture.py writes slots inline on the hot path
+SLOT = struct.Struct("<qiqqiiiqqb7x")
 # record id, group, collective seq, p2p seq, signature, call site, peer, created, done, state
-SLOT_SIZE: Final = _SLOT.size
-_DONE = struct.Struct("<qb")
-_DONE_OFFSET: Final = 48  # where (done, state) sit inside a slot
+SLOT_SIZE: Final = SLOT.size
+DONE = struct.Struct("<qb")
+DONE_OFFSET: Final = 48  # where (done, state) sit inside a slot
 _RECORD_ID = struct.Struct("<q")
 
 EMPTY, SCHEDULED, STARTED, COMPLETED, FAILED = 0, 1, 2, 3, 4
@@ -191,7 +192,7 @@ class RingWriter:
     ) -> int:
         """Write a new slot; return its record id (``finish`` takes it)."""
         record = self.next_record
-        _SLOT.pack_into(
+        SLOT.pack_into(
             self._map,
             HEADER_SIZE + (record % self.capacity) * SLOT_SIZE,
             record,
@@ -214,7 +215,7 @@ class RingWriter:
         offset = HEADER_SIZE + (record % self.capacity) * SLOT_SIZE
         try:
             if _RECORD_ID.unpack_from(self._map, offset)[0] == record:
-                _DONE.pack_into(self._map, offset + _DONE_OFFSET, time.time_ns(), state)
+                DONE.pack_into(self._map, offset + DONE_OFFSET, time.time_ns(), state)
         except ValueError:  # closed at exit while a callback was still running
             pass
 
@@ -232,7 +233,7 @@ class RingWriter:
         start = max(first_record, end - self.capacity, 0)
         found = []
         for record in range(start, end):
-            slot = _SLOT.unpack_from(self._map, HEADER_SIZE + (record % self.capacity) * SLOT_SIZE)
+            slot = SLOT.unpack_from(self._map, HEADER_SIZE + (record % self.capacity) * SLOT_SIZE)
             if slot[0] == record and slot[9] != EMPTY:
                 found.append(slot)
         return found
@@ -363,7 +364,7 @@ def read_ring(base: Path, rank: int | None = None) -> RingContents:
     _read_meta(base.with_suffix(META_SUFFIX), contents)
     slots = [
         slot
-        for slot in _SLOT.iter_unpack(data[HEADER_SIZE : HEADER_SIZE + capacity * SLOT_SIZE])
+        for slot in SLOT.iter_unpack(data[HEADER_SIZE : HEADER_SIZE + capacity * SLOT_SIZE])
         if slot[9] != EMPTY
     ]
     slots.sort()
