@@ -243,3 +243,15 @@ def test_text_from_a_dump_cannot_inject_markup(tmp_path: Path, open_report: Any)
     assert hostile in opened.page.inner_text("#verdict")  # shown as text
     assert opened.page.locator("img").count() == 0
     assert dialogs == []
+
+
+def test_dumps_without_entries_still_make_a_page(tmp_path: Path, open_report: Any) -> None:
+    folder = tmp_path / "dumps"
+    for rank in (0, 1):
+        write_pickle(folder / f"nccl_trace_rank_{rank}", fr_dump([]))
+    page, report = _write(tmp_path, folder, "empty")
+    assert report.grid.cells["row"] == []
+    opened = open_report(page)
+    _assert_clean_load(opened, page)
+    assert opened.page.inner_text("#verdict h2") == "No problems found"
+    assert opened.frame()["drawnCells"] == 0

@@ -343,8 +343,9 @@ def _cells(
     found = connection.execute(_CELL_VALUES_SQL).fetchall()
     keyed = [(row_index[(r[0], r[1])], *r[2:]) for r in found if (r[0], r[1]) in row_index]
     keyed.sort(key=lambda r: (r[0], r[1]))
-    for name, values in zip(names, zip(*keyed, strict=True), strict=True):
-        cells[name] = list(values)
+    if keyed:
+        for name, values in zip(names, zip(*keyed, strict=True), strict=True):
+            cells[name] = list(values)
     return cells
 
 
