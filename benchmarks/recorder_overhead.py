@@ -7,19 +7,20 @@ process and every rank a separate process on this machine:
 1. End to end (the issue's figure): 2 gloo ranks run ``--calls`` ``all_reduce`` of 4
    float32 each (after a warm-up that starts the recorder), with no recorder, with
    ``fr_otel.install(mode="incident")`` and with ``mode="continuous"`` (spans exported
-   every second to the receiver). Each (mode, repeat) is its own 2-rank launch; the
-   repeats rotate the order of the modes so that each mode runs once in each position.
+   to the receiver at the default ``FR_OTEL_EXPORT_INTERVAL``). Each (mode, repeat) is
+   its own 2-rank launch; the repeats rotate the order of the modes so that each mode
+   runs once in each position.
    Reported: the median per-call wall time of each mode, the slowdown against ``off``
-   within each repeat (median and range of those ratios), and CPU per call: the
-   training thread's, the whole process's, and in continuous mode the export thread's
-   per span. Launches differ from each other by tens of percent on a small machine, so
-   the spread of ``off`` is printed: it is what this figure can resolve. ``install()``
-   also turns torch's own Flight Recorder on (``TORCH_FR_BUFFER_SIZE``); that is part of
-   what the recorder modes pay here. Continuous mode is checked to have really exported:
-   spans that reached the receiver against the collectives issued, and the recorder's
-   ``spans_sent`` / ``spans_dropped`` / ``recorder_errors`` after ``close()``. The
-   receiver decodes every request in this process, on the same cores as the ranks (a real
-   Collector runs elsewhere): its CPU per span is printed too.
+   within each repeat (median and range of those ratios), and CPU per call: the training
+   thread's, the whole process's, and in continuous mode the export thread's per span it
+   sent during the loop. Launches differ from each other by tens of percent on a small
+   machine, so the spread of ``off`` is printed: it is what this figure can resolve.
+   ``install()`` also turns torch's own Flight Recorder on (``TORCH_FR_BUFFER_SIZE``); that
+   is part of what the recorder modes pay here. Continuous mode is checked to have really
+   exported: spans that reached the receiver against the collectives issued, and the
+   recorder's ``spans_sent`` / ``spans_dropped`` / ``recorder_errors`` after ``close()``.
+   The receiver decodes every request in this process, on the same cores as the ranks (a
+   real Collector runs elsewhere): its CPU per span is printed too.
 2. Paired, in one 2-rank job with the recorder installed (incident mode): rounds of
    blocks that call the original ``all_reduce`` (``__wrapped__``), a do-nothing Python
    wrapper around it (the control: what any extra Python frame costs) and the recorder's
@@ -118,13 +119,16 @@ def _end_to_end(config: dict[str, Any]) -> dict[str, Any]:
     export_cpu = _thread_cpu("fr_otel-export")
     calls = config["calls"]
     dist.barrier()
+    streamed = (lambda: recorder.streamed_spans) if recorder is not None else (lambda: 0)
     export0, thread0, process0 = export_cpu(), time.thread_time(), time.process_time()
+    streamed0 = streamed()
     start = time.perf_counter()
     for _ in range(calls):
         dist.all_reduce(tensor)
     wall = time.perf_counter() - start
     thread, process = time.thread_time() - thread0, time.process_time() - process0
     export = export_cpu() - export0
+    streamed_in_loop = streamed() - streamed0
     dist.barrier()
     result: dict[str, Any] = {
         "rank": dist.get_rank(),
@@ -132,6 +136,7 @@ def _end_to_end(config: dict[str, Any]) -> dict[str, Any]:
         "thread_cpu_us": thread / calls * 1e6,
         "process_cpu_us": process / calls * 1e6,
         "export_cpu_s": export,
+        "streamed_in_loop": streamed_in_loop,
         "issued": WARMUP + calls + BARRIERS,
     }
     if recorder is not None:
@@ -390,6 +395,7 @@ def _run_end_to_end(args: argparse.Namespace, receiver: Any, tmp: Path) -> dict[
                 "thread_cpu_us": statistics.mean(r["thread_cpu_us"] for r in ranks),
                 "process_cpu_us": statistics.mean(r["process_cpu_us"] for r in ranks),
                 "export_cpu_s": sum(r["export_cpu_s"] for r in ranks),
+                "streamed_in_loop": sum(r["streamed_in_loop"] for r in ranks),
                 "issued": sum(r["issued"] for r in ranks),
                 "received": spans,
                 "spans_sent": sum(r.get("spans_sent", 0) for r in ranks),
@@ -453,14 +459,17 @@ def _run_end_to_end(args: argparse.Namespace, receiver: Any, tmp: Path) -> dict[
     issued, received = sum(r["issued"] for r in cont), sum(r["received"] for r in cont)
     sent = sum(r["spans_sent"] for r in cont)
     dropped = sum(r["spans_dropped"] for r in cont)
-    export_us = sum(r["export_cpu_s"] for r in cont) / (len(cont) * 2 * args.calls) * 1e6
+    # per span the export thread sent while the loop ran (not per call: how many passes
+    # fall inside the loop depends on FR_OTEL_EXPORT_INTERVAL)
+    streamed_in_loop = sum(r["streamed_in_loop"] for r in cont)
+    export_us = sum(r["export_cpu_s"] for r in cont) / max(streamed_in_loop, 1) * 1e6
     receiver_us = sum(r["receiver_cpu_s"] for r in cont) / max(received, 1) * 1e6
     missing = issued - received
     print(
         f"   continuous export: {received:,} of {issued:,} collectives issued reached the"
         f" receiver ({sent:,} counted sent, {dropped} dropped); CPU per span: export thread"
-        f" {export_us:.1f} µs (in the timed loop), receiver {receiver_us:.1f} µs (this"
-        " process, decoding on the same cores)"
+        f" {export_us:.1f} µs (over the {streamed_in_loop:,} spans it sent during the timed"
+        f" loops), receiver {receiver_us:.1f} µs (this process, decoding on the same cores)"
     )
     if missing:
         print(

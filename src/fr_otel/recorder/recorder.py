@@ -306,6 +306,12 @@ class Recorder:
             )
         return count
 
+    @property
+    def streamed_spans(self) -> int:
+        """Spans continuous mode has sent so far (0 in incident mode)."""
+        stream = self._stream
+        return int(stream.sent) if stream is not None else 0
+
     # --- stop ----------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -28,6 +28,14 @@ logger = logging.getLogger(__name__)
 CONTINUOUS_INCIDENT = ""
 """The ``incident`` of spans sent while no incident is known."""
 
+BACKLOG_SHARE = 4
+"""A pass starts before its interval once 1/4 of the ring waits to be sent: the ring is the
+queue, and at a high call rate it would overwrite entries before the interval ends (the
+OpenTelemetry SDK's batch processor likewise exports early once a batch is full)."""
+
+BACKLOG_POLL_S = 0.1
+"""How often the thread looks at the backlog (one integer read)."""
+
 
 class SpanStream(threading.Thread):
     def __init__(
@@ -56,8 +64,18 @@ class SpanStream(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
-        while not self._halt.wait(self._settings.export_interval_s):
-            self.export_once()
+        interval = self._settings.export_interval_s
+        last = time.monotonic()
+        while not self._halt.wait(min(interval, BACKLOG_POLL_S)):
+            if time.monotonic() - last >= interval or self._backlog_full():
+                self.export_once()
+                last = time.monotonic()
+
+    def _backlog_full(self) -> bool:
+        writer = self._writer()
+        if writer is None:
+            return False
+        return writer.next_record - self.cursor >= max(1, writer.capacity // BACKLOG_SHARE)
 
     def already_sent(self) -> frozenset[int]:
         """Records an incident flush need not send again."""

@@ -1,0 +1,75 @@
+"""Continuous mode's export thread against a real OTLP receiver: batches leave on their
+interval, and early once a quarter of the ring waits (the ring is the queue)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fr_otel.config import RecorderSettings, otlp_settings
+from fr_otel.otel.transport import exporter_for
+from fr_otel.recorder.ring import COMPLETED, STARTED, GroupInfo, RingWriter, Signature
+from fr_otel.recorder.streaming import SpanStream
+from tests.otlp_receiver import OtlpReceiver
+
+CAPACITY = 400
+
+
+def _ring(tmp_path: Path) -> tuple[RingWriter, int, int, int]:
+    writer = RingWriter(
+        tmp_path / "rank-0", capacity=CAPACITY, rank=0, world=2, job="j", backend="gloo"
+    )
+    group = writer.intern_group(
+        ("0", (0, 1)),
+        GroupInfo(name="0", desc="default_pg", ranks=(0, 1), backend="gloo", timeout_ms=60_000),
+    )
+    signature = writer.intern_signature(
+        "all_reduce",
+        Signature(
+            op="all_reduce",
+            input_sizes=[[4]],
+            output_sizes=[[4]],
+            input_dtypes=["Float"],
+            output_dtypes=["Float"],
+            is_p2p=False,
+            backend="gloo",
+        ),
+    )
+    site = writer.intern_site("site", [("step", "/job/train.py", 9)])
+    return writer, group, signature, site
+
+
+def _issue(writer: RingWriter, ids: tuple[int, int, int], first_seq: int, count: int) -> None:
+    group, signature, site = ids
+    for seq in range(first_seq, first_seq + count):
+        record = writer.begin(group, seq, 0, signature, site, -1, STARTED)
+        writer.finish(record, COMPLETED)
+
+
+def test_a_backlog_of_a_quarter_ring_leaves_before_the_interval(tmp_path: Path) -> None:
+    writer, *ids = _ring(tmp_path)
+    with OtlpReceiver(protocol="http") as receiver:
+        settings = RecorderSettings(
+            mode="continuous",
+            job="j",
+            export_interval_s=3600.0,  # never, within this test
+            archive=tmp_path / "archive",
+            otlp=otlp_settings(receiver.endpoint, "http/protobuf"),
+        )
+        assert settings.otlp is not None
+        stream = SpanStream(
+            writer=lambda: writer, settings=settings, exporter=exporter_for(settings.otlp)
+        )
+        stream.start()
+        try:
+            _issue(writer, (ids[0], ids[1], ids[2]), 1, CAPACITY // 4 - 1)
+            time.sleep(1.0)
+            assert receiver.spans() == [], "below a quarter of the ring: waits for the interval"
+            _issue(writer, (ids[0], ids[1], ids[2]), CAPACITY // 4, 1)
+            spans = receiver.wait_for_spans(CAPACITY // 4, timeout_s=10)
+            assert len(spans) == CAPACITY // 4
+            assert stream.sent == CAPACITY // 4 and stream.dropped == 0
+        finally:
+            stream.stop()
+            stream.join(timeout=5)
+    writer.close()
