@@ -196,7 +196,7 @@ def _codes(array: pa.Array) -> tuple[pa.Array, int]:
     elements = _codes(array.values)[0].cast(pa.int32())
     width = 4
     data = elements.buffers()[1].slice(elements.offset * width, len(elements) * width)
-    offsets = pc.multiply(array.offsets.cast(pa.int64()), width)
+    offsets = pc.multiply(array.offsets.cast(pa.int64()), _int(width))
     validity = pc.is_valid(array).buffers()[1] if array.null_count else None
     rows = pa.Array.from_buffers(
         pa.large_binary(),
@@ -244,7 +244,7 @@ def _combine(columns: Sequence[_Column]) -> tuple[pa.Array, int]:
             # renumber densely before the product could overflow int64
             combined, radix = _codes(combined)
             combined = combined.cast(pa.int64())
-        combined = pc.add(pc.multiply(combined, width), codes)
+        combined = pc.add(pc.multiply(combined, _int(width)), codes)
         radix *= width
     if combined is None:
         return pa.array([0] * len(columns[0].codes), pa.int64()), 1
@@ -480,8 +480,24 @@ def _varint_table() -> pa.Array:
     return pa.array([*_VARINTS, *more, b""], pa.binary())
 
 
+@functools.cache
+def _scalar(value: bytes | str | int, kind: pa.DataType) -> pa.Scalar:
+    """``value`` as an Arrow scalar, made once. pyarrow converts a Python literal handed to
+    a compute function on every call, and that conversion tries to import ``dateutil`` (not
+    a dependency) each time: 0.1 ms a call, which was most of a small batch's encoding."""
+    return pa.scalar(value, kind)
+
+
 def _u64(value: int) -> pa.Scalar:
-    return pa.scalar(value, pa.uint64())
+    return _scalar(value, pa.uint64())
+
+
+def _bytes(value: bytes) -> pa.Scalar:
+    return _scalar(value, pa.binary())
+
+
+def _int(value: int) -> pa.Scalar:
+    return _scalar(value, pa.int64())
 
 
 def _varints(values: pa.Array) -> pa.Array:
@@ -502,7 +518,7 @@ def _varints(values: pa.Array) -> pa.Array:
         pieces.append(table.take(chunk))
     if len(pieces) == 1:
         return pieces[0]
-    return pc.binary_join_element_wise(*pieces, b"")
+    return pc.binary_join_element_wise(*pieces, _bytes(b""))
 
 
 def _fixed64(values: pa.Array) -> pa.Array:
@@ -516,11 +532,11 @@ def _fixed64(values: pa.Array) -> pa.Array:
 
 def _int_attributes(values: pa.Array, prefixes: pa.Array, prefix_index: pa.Array) -> pa.Array:
     """An int attribute per row; ``prefixes[prefix_index + len(varint)]`` goes before it."""
-    varints = _varints(pc.fill_null(values, 0))
+    varints = _varints(pc.fill_null(values, _scalar(0, values.type)))
     index = pc.add(prefix_index, pc.binary_length(varints).cast(pa.int64()))
-    out = pc.binary_join_element_wise(prefixes.take(index), varints, b"")
+    out = pc.binary_join_element_wise(prefixes.take(index), varints, _bytes(b""))
     if values.null_count:
-        out = pc.if_else(pc.is_null(values), b"", out)
+        out = pc.if_else(pc.is_null(values), _bytes(b""), out)
     return out
 
 
@@ -543,24 +559,29 @@ class _Rows:
         sequence = pc.if_else(is_p2p, rows["p2p_seq_id"], rows["collective_seq_id"])
         key = pc.binary_join_element_wise(
             per_row([b.key_lead for b in blocks], pa.string()),
-            pc.fill_null(sequence.cast(pa.string()), "None"),
-            "",
+            pc.fill_null(sequence.cast(pa.string()), _scalar("None", pa.string())),
+            _scalar("", pa.string()),
         )
         id_input = pc.binary_join_element_wise(
-            key, per_row([b.id_infix for b in blocks], pa.string()), record_id.cast(pa.string()), ""
+            key,
+            per_row([b.id_infix for b in blocks], pa.string()),
+            record_id.cast(pa.string()),
+            _scalar("", pa.string()),
         )
 
         # times: start = creation (or 0); end = completion if done, else the dump time,
         # the start when that is null or 0, and never before the start. With start >= 0
         # (protobuf refuses less), "null or 0 -> start" is already what the max does.
-        start = pc.fill_null(rows["time_created_ns"], 0)
+        start = pc.fill_null(rows["time_created_ns"], _scalar(0, rows["time_created_ns"].type))
         if pc.min(start).as_py() < 0:
             raise ValueError("Value out of range: negative time_created_ns")
         end = pc.if_else(done, rows["time_completed_ns"], rows["dump_time_ns"])
-        end = pc.max_element_wise(pc.fill_null(end, 0), start)
+        end = pc.max_element_wise(pc.fill_null(end, _scalar(0, end.type)), start)
         times = [
             pc.if_else(
-                pc.equal(value, 0), b"", pc.binary_join_element_wise(tag, _fixed64(value), b"")
+                pc.equal(value, _scalar(0, value.type)),
+                _bytes(b""),
+                pc.binary_join_element_wise(_bytes(tag), _fixed64(value), _bytes(b"")),
             )
             for tag, value in ((b"\x39", start), (b"\x41", end))
         ]
@@ -569,13 +590,13 @@ class _Rows:
         record = _int_attributes(record_id, int_prefixes, pa.scalar(0, pa.int64()))
         # collective_seq_id's prefixes start at 11, p2p_seq_id's at 22
         sequence_attribute = _int_attributes(
-            sequence, int_prefixes, pc.add(pc.multiply(is_p2p.cast(pa.int64()), 11), 11)
+            sequence, int_prefixes, pc.add(pc.multiply(is_p2p.cast(pa.int64()), _int(11)), _int(11))
         )
 
         error_kind = self._error_kinds(blocks, codes, done, start, rows["dump_time_ns"])
         error = pa.array([b"", _ERROR_TIMEOUT, _ERROR_NOT_COMPLETED], pa.binary()).take(error_kind)
         status = pc.if_else(
-            done, _STATUS_UNSET, per_row([b.error_status for b in blocks], pa.binary())
+            done, _bytes(_STATUS_UNSET), per_row([b.error_status for b in blocks], pa.binary())
         )
         rest = pc.binary_join_element_wise(
             per_row([b.name_kind for b in blocks], pa.binary()),
@@ -587,11 +608,13 @@ class _Rows:
             per_row([b.attrs_tail for b in blocks], pa.binary()),
             error,
             status,
-            b"",
+            _bytes(b""),
         )
         # 28: the two ids with their tags and lengths
-        length = pc.add(pc.binary_length(rest).cast(pa.int64()), 28)
-        front = pc.binary_join_element_wise(b"\x12", _varints(length), b"\x0a\x10", b"")
+        length = pc.add(pc.binary_length(rest).cast(pa.int64()), _int(28))
+        front = pc.binary_join_element_wise(
+            _bytes(b"\x12"), _varints(length), _bytes(b"\x0a\x10"), _bytes(b"")
+        )
 
         self.keys: list[bytes] = key.cast(pa.binary()).to_pylist()
         self.id_inputs: list[bytes] = id_input.cast(pa.binary()).to_pylist()
@@ -608,7 +631,7 @@ class _Rows:
         arithmetic that could overflow int64 at the edges."""
         not_done = pc.invert(done)
         rows = pc.indices_nonzero(not_done)
-        kinds = pc.if_else(done, 0, 2).cast(pa.int8())
+        kinds = pc.if_else(done, _scalar(0, pa.int8()), _scalar(2, pa.int8()))
         if not len(rows):
             return kinds
         out = []

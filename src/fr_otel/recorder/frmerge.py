@@ -60,7 +60,7 @@ def merge_gpu_state(table: pa.Table, dump: bytes | None) -> pa.Table:
     if dump is None or table.num_rows == 0:
         return table
     queued = pc.and_(
-        pc.equal(table["state"], "scheduled"),
+        pc.equal(table["state"], pa.scalar("scheduled", pa.string())),
         pc.is_in(table["backend"], value_set=pa.array(sorted(QUEUED_BACKENDS))),
     )
     if not pc.any(queued).as_py():

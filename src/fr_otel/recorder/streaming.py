@@ -114,7 +114,7 @@ class SpanStream(threading.Thread):
             # queued on a GPU stream: torch's FR says which of them have run
             table = self._merged(dataclasses.replace(contents, slots=candidates))
             ran = pc.and_(
-                pc.equal(table["state"], "completed"),
+                pc.equal(table["state"], pa.scalar("completed", pa.string())),
                 pc.invert(
                     pc.is_in(table["record_id"], value_set=pa.array(sorted(done), pa.int64()))
                 ),

@@ -106,7 +106,8 @@ def ring_table(
         "profiling_name": pc.if_else(
             pc.is_null(row_backend),
             ops,
-            pc.binary_join_element_wise(row_backend, ops, ":"),
+            # a scalar, not ":": see otel.wire._scalar
+            pc.binary_join_element_wise(row_backend, ops, pa.scalar(":", pa.string())),
         ),
         "peer": column([p if p >= 0 else None for p in peer], "peer"),
         "input_sizes": _spread([sg.input_sizes for sg in signatures], sig_code, "input_sizes"),
