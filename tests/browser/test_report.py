@@ -255,3 +255,25 @@ def test_dumps_without_entries_still_make_a_page(tmp_path: Path, open_report: An
     _assert_clean_load(opened, page)
     assert opened.page.inner_text("#verdict h2") == "No problems found"
     assert opened.frame()["drawnCells"] == 0
+
+
+def test_a_rank_without_a_dump_is_unknown_in_the_grid(tmp_path: Path, open_report: Any) -> None:
+    fleet = simulate(FleetSpec(world=16, entries=300, fault="skipped_collective", seed=0))
+    dumps = tmp_path / "dumps"
+    write_fleet(fleet, dumps, omit_ranks=(3,))
+    page, report = _write(tmp_path, dumps, "omitted")
+    assert report.analysis.missing_dumps == [3]
+    opened = open_report(page)
+    _assert_clean_load(opened, page)
+    assert "No dump from ranks 3" in opened.page.inner_text("#verdict")
+    root = report.analysis.findings[report.analysis.root_cause or 0]
+    assert 3 not in root.culprit_ranks
+    # rank 3's cells are drawn as unknown, not as missing (which would blame it)
+    desc = root.group.desc
+    group = next(
+        g["name"] for g in report.grid.groups if g["desc"] == desc and 3 in (g["ranks"] or [])
+    )
+    seqs = [c.seq for c in report.grid.columns if not c.p2p and c.group_desc == desc]
+    cell = opened.page.evaluate(f"frReport.find(3, '{group}', {seqs[-1]})")
+    assert cell is not None and cell["kind"] == "nodump", cell
+    opened.screenshot("omitted_rank")

@@ -193,8 +193,9 @@
           if (kind === "other") continue;
           ctx.fillStyle = ABSENT[kind];
           ctx.fillRect(x, y, cw - gap, ch - vgap);
-          if (kind === "missing" && cw > 6) {
-            ctx.strokeStyle = "#d62728";
+          if ((kind === "missing" || kind === "nodump") && cw > 6) {
+            // missing: a red stroke; no dump: a white one (unlike a grey coalesced cell)
+            ctx.strokeStyle = kind === "missing" ? "#d62728" : "#ffffff";
             ctx.lineWidth = 1.5;
             ctx.beginPath();
             ctx.moveTo(x + 2, y + 2);
@@ -474,6 +475,7 @@
     const item = el("span");
     const sw = el("span", undefined, "swatch");
     sw.style.background = colour || "linear-gradient(135deg, #9ab 50%, #222 50%)";
+    if (name === "nodump") sw.style.background = `linear-gradient(45deg, ${colour} 45%, #fff 45% 55%, ${colour} 55%)`;
     if (name === "missing") sw.style.borderColor = "#d62728";
     item.append(sw, text);
     legend.append(item);
