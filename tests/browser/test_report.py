@@ -277,3 +277,22 @@ def test_a_rank_without_a_dump_is_unknown_in_the_grid(tmp_path: Path, open_repor
     cell = opened.page.evaluate(f"frReport.find(3, '{group}', {seqs[-1]})")
     assert cell is not None and cell["kind"] == "nodump", cell
     opened.screenshot("omitted_rank")
+
+
+def test_past_max_ranks_the_named_ranks_and_a_sample_are_shown(
+    tmp_path: Path, open_report: Any
+) -> None:
+    fleet = simulate(FleetSpec(world=64, entries=300, fault="skipped_collective", seed=0))
+    dumps = tmp_path / "dumps"
+    write_fleet(fleet, dumps)
+    page, report = _write(tmp_path, dumps, "sampled", max_ranks=16)
+    grid = report.grid
+    shown = {row.rank for row in grid.rows}
+    culprits = sorted(fleet.truth.culprit_ranks)
+    assert len(shown) <= 16 and set(culprits) <= shown
+    assert grid.ranks_total == 64 and grid.rank_step is not None
+    assert {0, grid.rank_step} <= shown  # the even sample
+    opened = open_report(page)
+    _assert_clean_load(opened, page)
+    assert f"{len(shown)} of 64 ranks" in opened.page.inner_text("#window-note")
+    _assert_marked_in_grid(opened, culprits)

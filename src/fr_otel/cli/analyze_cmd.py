@@ -11,7 +11,7 @@ import click
 
 from fr_otel.cli._errors import EXIT_FINDINGS, EXIT_OK
 from fr_otel.errors import ArchiveError
-from fr_otel.report.grid import DEFAULT_COLUMNS
+from fr_otel.report.grid import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
 from fr_otel.report.words import where as _where
 
 if TYPE_CHECKING:
@@ -112,6 +112,13 @@ def render_json(analysis: Analysis, out: TextIO) -> None:
     help="HTML: schedule positions in the grid (the last ones, keeping the divergence).",
 )
 @click.option(
+    "--max-ranks",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_RANKS,
+    show_default=True,
+    help="HTML: ranks in the grid; past it, those the findings name and an even sample.",
+)
+@click.option(
     "--trace-url",
     default=None,
     metavar="TEMPLATE",
@@ -126,6 +133,7 @@ def analyze_(
     output: Path | None,
     stacks: bool,
     columns: int,
+    max_ranks: int,
     trace_url: str | None,
 ) -> int:
     """Find what broke a job: the culprit rank, the collective and the line of code.
@@ -134,7 +142,7 @@ def analyze_(
     (imported on the fly). Exit code 0: no problems found; 1: findings; 2: unusable input.
     """
     if fmt == "html":
-        return _html(path, job, incident, output, columns, trace_url)
+        return _html(path, job, incident, output, columns, max_ranks, trace_url)
     from fr_otel.analysis import analyze
 
     analysis = analyze(path, job=job, incident=incident)
@@ -168,6 +176,7 @@ def _html(
     incident: str | None,
     output: Path | None,
     columns: int,
+    max_ranks: int,
     trace_url: str | None,
 ) -> int:
     from fr_otel.config import trace_url as configured_trace_url
@@ -179,6 +188,7 @@ def _html(
         job=job,
         incident=incident,
         columns=columns,
+        max_ranks=max_ranks,
         trace_ids=template is not None,
         span_ids=template is not None and "{span_id}" in template,
     )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fr_otel.analysis import Analysis, analyze_connection, open_source
-from fr_otel.report.grid import DEFAULT_COLUMNS, Grid, build_grid
+from fr_otel.report.grid import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS, Grid, build_grid
 
 
 @dataclass(kw_only=True)
@@ -21,6 +21,7 @@ def build_report(
     job: str | None = None,
     incident: str | None = None,
     columns: int = DEFAULT_COLUMNS,
+    max_ranks: int = DEFAULT_MAX_RANKS,
     trace_ids: bool = False,
     span_ids: bool = False,
 ) -> IncidentReport:
@@ -36,6 +37,7 @@ def build_report(
             source.incident,
             analysis,
             columns=columns,
+            max_ranks=max_ranks,
             trace_ids=trace_ids,
             span_ids=span_ids,
         )

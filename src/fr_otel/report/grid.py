@@ -29,6 +29,10 @@ DEFAULT_COLUMNS = 200
 """Schedule positions shown: enough to see a desync's lead-up; bounded so that a
 100,000-rank report stays a file a browser opens."""
 
+DEFAULT_MAX_RANKS = 2048
+"""Ranks shown: past this, the ranks the findings name and an even sample of the others
+(a 100,000-rank grid would be a page no browser opens)."""
+
 STATES = ("completed", "started", "scheduled")
 """Cell states by code: completed, in flight and seen started, in flight and not started."""
 
@@ -141,6 +145,11 @@ class Grid:
     stacks: list[dict[str, Any]]
     traces: list[str] = field(default_factory=list)
     """Hex trace ids, referenced by ``cells["trace"]``; empty when not asked for."""
+    ranks_total: int = 0
+    """Ranks in the incident (members of its groups, or with a dump)."""
+    rank_step: int | None = None
+    """When not every rank is shown: every ``rank_step``-th is, besides those the findings
+    name."""
     findings: list[dict[str, Any]] = field(default_factory=list)
     """Per finding of the analysis, where it shows: ``col`` (its collective's column, or
     None), ``rows`` (its culprits' rows in its group) and ``marks`` ([row, col] pairs of
@@ -180,6 +189,25 @@ def _window(columns: list[Column], limit: int, focus: int | None) -> tuple[int, 
     return start, end
 
 
+def _sample_ranks(ranks: list[int], analysis: Analysis, limit: int) -> tuple[list[int], int | None]:
+    """At most ``limit`` of ``ranks``: those the findings name (culprits, the rank left
+    waiting, the majority's example) first, then every n-th. Returns them and n (None
+    when every rank fits)."""
+    if len(ranks) <= limit:
+        return ranks, None
+    named: set[int] = set()
+    for finding in analysis.findings:
+        named.update(finding.culprit_ranks)
+        for value in (finding.evidence.get("waiting_rank"), finding.frames.get("majority_rank")):
+            if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+                named.add(int(value))
+    keep = sorted(named & set(ranks))[:limit]
+    room = limit - len(keep)
+    step = -(-len(ranks) // room) if room > 0 else len(ranks)
+    sample = ranks[::step][:room] if room > 0 else []
+    return sorted(set(keep) | set(sample)), step
+
+
 def _focus(analysis: Analysis) -> Finding | None:
     if analysis.root_cause is None or not analysis.findings:
         return None
@@ -192,6 +220,7 @@ def build_grid(
     analysis: Analysis,
     *,
     columns: int = DEFAULT_COLUMNS,
+    max_ranks: int = DEFAULT_MAX_RANKS,
     trace_ids: bool = False,
     span_ids: bool = False,
 ) -> Grid:
@@ -200,10 +229,24 @@ def build_grid(
     ``trace_ids``/``span_ids``: also give each cell the OTLP ids ``fr-otel export`` and the
     recorder use for its entry, for links to a trace viewer.
     """
-    if columns < 1:
-        raise ValueError("columns must be at least 1")
+    if columns < 1 or max_ranks < 1:
+        raise ValueError("columns and max_ranks must be at least 1")
     connection.execute(_CELLS_SQL)
     ordered = _ordered_columns(connection.execute(_COLUMNS_SQL).fetchall())
+    every_rank = [
+        rank
+        for (rank,) in connection.execute(
+            "SELECT DISTINCT rank FROM (SELECT unnest(members) AS rank FROM groups"
+            " UNION SELECT rank FROM dumped) ORDER BY rank"
+        ).fetchall()
+    ]
+    shown_ranks, rank_step = _sample_ranks(every_rank, analysis, max_ranks)
+    connection.execute(
+        "CREATE OR REPLACE TEMP TABLE grid_ranks AS SELECT unnest($ranks::BIGINT[]) AS rank",
+        {"ranks": shown_ranks},
+    )
+    if rank_step is not None:
+        connection.execute("DELETE FROM grid_cells WHERE rank NOT IN (SELECT rank FROM grid_ranks)")
     root = _focus(analysis)
     focus_index = None
     if root is not None and root.collective_seq_id is not None:
@@ -279,6 +322,8 @@ def build_grid(
         signatures=signatures,
         stacks=stacks,
         traces=traces,
+        ranks_total=len(every_rank),
+        rank_step=rank_step,
         findings=_locate_findings(connection, analysis, groups, rows, shown),
     )
 
@@ -309,7 +354,8 @@ def _rows(
 ) -> tuple[list[Row], dict[tuple[int, int], int]]:
     """Every member of every group, dumped or not, by rank then group."""
     found = connection.execute(
-        "WITH members AS (SELECT DISTINCT unnest(members) AS rank, gid FROM groups),"
+        "WITH members AS (SELECT * FROM (SELECT DISTINCT unnest(members) AS rank, gid"
+        "                 FROM groups) WHERE rank IN (SELECT rank FROM grid_ranks)),"
         " spans AS (SELECT rank, gid, min(seq) AS first_seq, max(seq) AS last_seq"
         "           FROM grid_cells WHERE NOT p2p GROUP BY ALL),"
         " present AS (SELECT DISTINCT rank, gid FROM grid_cells)"

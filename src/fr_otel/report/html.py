@@ -176,6 +176,8 @@ def _grid_data(grid: Grid) -> dict[str, Any]:
             "sub": [c.sub for c in grid.columns],
         },
         "columns_total": grid.columns_total,
+        "ranks_total": grid.ranks_total,
+        "rank_step": grid.rank_step,
         "cells": cells,
         "signatures": grid.signatures,
         "stacks": grid.stacks,

@@ -482,9 +482,14 @@
   }
   const note = document.getElementById("window-note");
   const total = G.columns_total, shown = cols.desc.length;
-  note.textContent = total > shown
-    ? `${shown} of ${total} schedule positions shown (--columns to change); shades of a colour: different call sites`
-    : `${shown} schedule positions; shades of a colour: different call sites`;
+  const positions = total > shown
+    ? `${shown} of ${total} schedule positions shown (--columns to change)`
+    : `${shown} schedule positions`;
+  const rankCount = new Set(rows.rank).size;
+  const sampled = G.rank_step
+    ? `; ${rankCount} of ${G.ranks_total} ranks: those the findings name and every ${G.rank_step}th (--max-ranks to change)`
+    : "";
+  note.textContent = `${positions}${sampled}; shades of a colour: different call sites`;
 
   // --- start ---------------------------------------------------------------------------
   const root = findingOf(data.root_cause);
