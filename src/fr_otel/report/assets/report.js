@@ -487,7 +487,7 @@
     : `${shown} schedule positions`;
   const rankCount = new Set(rows.rank).size;
   const sampled = G.rank_step
-    ? `; ${rankCount} of ${G.ranks_total} ranks: those the findings name and every ${G.rank_step}th (--max-ranks to change)`
+    ? `; ${rankCount} of ${G.ranks_total} ranks: those the findings name and one in ${G.rank_step} of the others (--max-ranks to change)`
     : "";
   note.textContent = `${positions}${sampled}; shades of a colour: different call sites`;
 
