@@ -31,9 +31,13 @@ def write_rows(table: pa.Table, archive: Path) -> list[Path]:
         for job, incident, rank in zip(
             *(keys.column(c).to_pylist() for c in keys.column_names), strict=True
         ):
+            # Arrow scalars: a Python literal makes pyarrow try to import dateutil each call
             mask = pc.and_(
-                pc.and_(pc.equal(table["job"], job), pc.equal(table["incident"], incident)),
-                pc.equal(table["rank"], rank),
+                pc.and_(
+                    pc.equal(table["job"], pa.scalar(job, pa.string())),
+                    pc.equal(table["incident"], pa.scalar(incident, pa.string())),
+                ),
+                pc.equal(table["rank"], pa.scalar(rank, pa.int64())),
             )
             final = rank_file(archive, job, incident, rank)
             staged.append((write_staged(table.filter(mask), final), final))
@@ -50,7 +54,12 @@ def write_rows(table: pa.Table, archive: Path) -> list[Path]:
 
 
 def _update_manifest(archive: Path, job: str, incident: str, table: pa.Table) -> None:
-    mine = table.filter(pc.and_(pc.equal(table["job"], job), pc.equal(table["incident"], incident)))
+    mine = table.filter(
+        pc.and_(
+            pc.equal(table["job"], pa.scalar(job, pa.string())),
+            pc.equal(table["incident"], pa.scalar(incident, pa.string())),
+        )
+    )
     groups: dict[str, GroupMembers] = {}
     for row in mine.select(["pg_name", "pg_desc", "pg_ranks"]).to_pylist():
         if row["pg_ranks"] and row["pg_name"] not in groups:

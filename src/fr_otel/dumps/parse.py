@@ -308,8 +308,9 @@ def _add_size_hints(
     if not rows:
         return
     names = name_index.to_pylist()
-    inputs = raw.field("input_sizes").take(pa.array(rows)).to_pylist()
-    outputs = raw.field("output_sizes").take(pa.array(rows)).to_pylist()
+    taken = pa.array(rows, pa.int64())  # typed: inferring a type tries to import dateutil
+    inputs = raw.field("input_sizes").take(taken).to_pylist()
+    outputs = raw.field("output_sizes").take(taken).to_pylist()
     for row, ins, outs in zip(rows, inputs, outputs, strict=True):
         if not ins or not outs or len(ins) != 1:
             continue

@@ -61,7 +61,7 @@ def merge_gpu_state(table: pa.Table, dump: bytes | None) -> pa.Table:
         return table
     queued = pc.and_(
         pc.equal(table["state"], pa.scalar("scheduled", pa.string())),
-        pc.is_in(table["backend"], value_set=pa.array(sorted(QUEUED_BACKENDS))),
+        pc.is_in(table["backend"], value_set=pa.array(sorted(QUEUED_BACKENDS), pa.string())),
     )
     if not pc.any(queued).as_py():
         return table
