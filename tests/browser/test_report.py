@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from fr_otel.cli import main
-from fr_otel.report import build_report, render_html
+from fr_otel.report.build import build_report
+from fr_otel.report.html import render_html
 from fr_otel.sim import FAULT_KINDS, FleetSpec, simulate, write_fleet
 from tests.browser.conftest import OpenedPage
 from tests.conftest import fr_dump, fr_entry, write_pickle

@@ -11,7 +11,7 @@ import click
 
 from fr_otel.cli._errors import EXIT_FINDINGS, EXIT_OK
 from fr_otel.errors import ArchiveError
-from fr_otel.report.grid import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
+from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
 from fr_otel.report.words import where as _where
 
 if TYPE_CHECKING:
@@ -180,7 +180,8 @@ def _html(
     trace_url: str | None,
 ) -> int:
     from fr_otel.config import trace_url as configured_trace_url
-    from fr_otel.report import build_report, render_html
+    from fr_otel.report.build import build_report
+    from fr_otel.report.html import render_html
 
     template = configured_trace_url(trace_url)
     report = build_report(

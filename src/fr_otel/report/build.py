@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fr_otel.analysis import Analysis, analyze_connection, open_source
-from fr_otel.report.grid import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS, Grid, build_grid
+from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
+from fr_otel.report.grid import Grid, build_grid
 
 
 @dataclass(kw_only=True)

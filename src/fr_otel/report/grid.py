@@ -23,15 +23,8 @@ import duckdb
 from fr_otel.analysis.findings import Analysis, Finding
 from fr_otel.analysis.source import Incident
 from fr_otel.otel import model
+from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
 from fr_otel.stacks import call_site, trimmed
-
-DEFAULT_COLUMNS = 200
-"""Schedule positions shown: enough to see a desync's lead-up; bounded so that a
-100,000-rank report stays a file a browser opens."""
-
-DEFAULT_MAX_RANKS = 2048
-"""Ranks shown: past this, the ranks the findings name and an even sample of the others
-(a 100,000-rank grid would be a page no browser opens)."""
 
 STATES = ("completed", "started", "scheduled")
 """Cell states by code: completed, in flight and seen started, in flight and not started."""
@@ -138,7 +131,7 @@ class Grid:
     rows: list[Row]
     columns: list[Column]
     columns_total: int
-    """Schedule positions in the data; ``columns`` holds the last ``DEFAULT_COLUMNS``."""
+    """Schedule positions in the data; ``columns`` holds the window shown."""
     cells: dict[str, list[Any]]
     """row, col, state, record, created_ns, done_ns, sig, stack, trace, span."""
     signatures: list[dict[str, Any]]
