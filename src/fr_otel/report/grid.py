@@ -201,6 +201,18 @@ def _sample_ranks(ranks: list[int], analysis: Analysis, limit: int) -> tuple[lis
     return sorted(set(keep) | set(sample)), step
 
 
+def _collective_columns(columns: list[Column]) -> dict[tuple[str, int], int]:
+    """(group description, seq) -> index, for the collectives' own columns."""
+    return {(c.group_desc, c.seq): i for i, c in enumerate(columns) if not c.p2p and c.sub == 0}
+
+
+def _collective_column(index: dict[tuple[str, int], int], finding: Finding) -> int | None:
+    """The column of ``finding``'s collective, when it names one and it is there."""
+    if finding.collective_seq_id is None:
+        return None
+    return index.get((finding.group.desc or finding.group.name, finding.collective_seq_id))
+
+
 def _focus(analysis: Analysis) -> Finding | None:
     if analysis.root_cause is None or not analysis.findings:
         return None
@@ -241,17 +253,9 @@ def build_grid(
     if rank_step is not None:
         connection.execute("DELETE FROM grid_cells WHERE rank NOT IN (SELECT rank FROM grid_ranks)")
     root = _focus(analysis)
-    focus_index = None
-    if root is not None and root.collective_seq_id is not None:
-        desc = root.group.desc or root.group.name
-        focus_index = next(
-            (
-                i
-                for i, c in enumerate(ordered)
-                if c.group_desc == desc and not c.p2p and c.seq == root.collective_seq_id
-            ),
-            None,
-        )
+    focus_index = (
+        _collective_column(_collective_columns(ordered), root) if root is not None else None
+    )
     start, end = _window(ordered, columns, focus_index)
     shown = ordered[start:end]
     connection.execute(
@@ -445,17 +449,12 @@ def _locate_findings(
     shown: list[Column],
 ) -> list[dict[str, Any]]:
     """Where each finding is in the grid (see ``Grid.findings``)."""
-    column_of = {(c.group_desc, c.seq): i for i, c in enumerate(shown) if not c.p2p and c.sub == 0}
+    column_of = _collective_columns(shown)
     row_of = {(row.rank, groups[row.group]["name"]): i for i, row in enumerate(rows)}
     located = []
     for finding in analysis.findings:
         name = finding.group.name
-        desc = finding.group.desc or name
-        col = (
-            column_of.get((desc, finding.collective_seq_id))
-            if finding.collective_seq_id is not None
-            else None
-        )
+        col = _collective_column(column_of, finding)
         culprit_rows = [row_of[(r, name)] for r in finding.culprit_ranks if (r, name) in row_of]
         marks = [[row, col] for row in culprit_rows] if col is not None else []
         waiting = finding.evidence.get("waiting_rank")

@@ -22,9 +22,6 @@ from fr_otel.report.words import code_locations
 
 _MARKER = re.compile(r"__(TITLE|STYLE|VERDICT|FINDINGS|DATA|SCRIPT|VERSION)__")
 
-PLACEHOLDERS = ("{trace_id}", "{span_id}")
-"""What a trace URL template may contain (``--trace-url``, ``FR_OTEL_TRACE_URL``)."""
-
 _KIND_WORDS = {
     "missing_rank": "a rank never joined a collective",
     "skipped_collective": "a rank skipped a collective",
