@@ -55,9 +55,10 @@ def demo(out: Path, world: int) -> int:
     import duckdb
 
     from fr_otel import config
-    from fr_otel.analysis import analyze
     from fr_otel.archive.layout import partition_dir
     from fr_otel.cli.analyze_cmd import render_text
+    from fr_otel.report.build import build_report
+    from fr_otel.report.html import render_html
 
     scenario = SCENARIOS[DEMO_SCENARIO]
     shutil.rmtree(out, ignore_errors=True)
@@ -106,15 +107,15 @@ def demo(out: Path, world: int) -> int:
     click.echo(f"   {spans} spans, one trace per collective across ranks (OTLP JSON lines)")
 
     click.echo(f"4. fr-otel analyze {archive}")
-    analysis = analyze(archive, job=DEMO_JOB, incident=incident)
+    # one analysis for the text and the page
+    built = build_report(archive, job=DEMO_JOB, incident=incident)
+    analysis = built.analysis
     buffer = io.StringIO()
     render_text(analysis, buffer)
     click.echo("\n".join("   " + line for line in buffer.getvalue().splitlines()))
     report = out / "report.html"
     click.echo(f"   fr-otel analyze {archive} --format html -o {report}")
-    cli_main(
-        ["analyze", str(archive), "--incident", incident, "--format", "html", "-o", str(report)]
-    )
+    report.write_text(render_html(built), encoding="utf-8")
     click.echo(f"   open {report.absolute()} in a browser: the verdict and the cross-rank grid")
 
     query = DEMO_QUERY.format(archive=archive.as_posix(), job=DEMO_JOB)
