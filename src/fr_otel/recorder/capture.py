@@ -452,8 +452,10 @@ class Capture:
                 writer = recorder._writer
                 if writer is not None:
                     if not is_async or result is None:
-                        # RingWriter.finish, inlined; the slot is still this record's unless
-                        # a whole ring of records began since
+                        # RingWriter.finish, inlined, with arithmetic for its read-back:
+                        # the slot is still this record's unless a whole ring of records
+                        # began since (RingWriter.finish, called from callbacks and the
+                        # watch thread, reads the slot's record id instead)
                         capacity = writer.capacity
                         if writer.next_record - record <= capacity:
                             offset = HEADER_SIZE + (record % capacity) * SLOT_SIZE + DONE_OFFSET
