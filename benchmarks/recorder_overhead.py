@@ -23,14 +23,16 @@ process and every rank a separate process on this machine:
    real Collector runs elsewhere): its CPU per span is printed too.
 2. Paired, in one 2-rank job with the recorder installed (incident mode): rounds of
    blocks that call the original ``all_reduce`` (``__wrapped__``), a do-nothing Python
-   wrapper around it (the control: what any extra Python frame costs) and the recorder's
-   wrapper, the order rotated every round. Same processes, same sockets, same moment:
-   no launch-to-launch noise. Reported: per-round differences against the original,
-   wall and training-thread CPU, median and interquartile range.
-3. The recorder's own cost, precisely, in a world-1 gloo job: the recorder's wrapper
-   (``Capture._wrapper``, the code ``install()`` puts in front of every collective,
-   writing real ring slots) around a no-op with ``all_reduce``'s signature, against the
-   no-op alone: µs per call with warm caches, and as a share of the ``off`` all_reduce.
+   wrapper around it (the control: what any extra Python frame costs), the recorder's
+   wrapper as installed (the compiled one where it was built) and, beside it, the Python
+   wrapper writing the same ring, the order rotated every round. Same processes, same
+   sockets, same moment: no launch-to-launch noise. Reported: per-round differences
+   against the original, wall and training-thread CPU, median and interquartile range.
+3. The recorder's own cost, precisely, in a world-1 gloo job: the recorder's wrappers
+   (compiled ``_fasthook``, and the Python ``Capture._wrapper``: the code ``install()``
+   puts in front of every collective, writing real ring slots) around a no-op with
+   ``all_reduce``'s signature, against the no-op alone: µs per call with warm caches, and
+   as a share of the ``off`` all_reduce.
 4. Flush: the same world-1 job fills a ``buffer_size=20000`` ring (20,500 calls), then
    ``recorder.declare("operator")`` flushes it synchronously (Parquet archive, OTLP to
    the receiver, raw FR dump). Printed: ``declare``'s wall time, the ``FlushReport``
@@ -157,8 +159,9 @@ def _paired(config: dict[str, Any]) -> dict[str, Any]:
     import torch.distributed as dist
 
     from fr_otel import recorder as recorder_module
+    from fr_otel.recorder.capture import SPECS, _Hook
 
-    _install(config)
+    recorder = _install(config)
     dist.init_process_group("gloo")
     tensor = torch.zeros(4)
     recorded = dist.all_reduce
@@ -168,6 +171,10 @@ def _paired(config: dict[str, Any]) -> dict[str, Any]:
         return original(tensor)
 
     arms = {"original": original, "plain": plain, "recorder": recorded}
+    if recorder.capture.compiled:  # the Python wrapper too, writing the same ring
+        arms["python"] = recorder.capture._wrapper(
+            _Hook("all_reduce", SPECS["all_reduce"], original)
+        )
     for function in arms.values():
         for _ in range(WARMUP):
             function(tensor)
@@ -205,7 +212,7 @@ def _solo(config: dict[str, Any]) -> dict[str, Any]:
     from torch._C import _distributed_c10d as c10d_ext
 
     from fr_otel import recorder as recorder_module
-    from fr_otel.recorder.capture import SPECS, _Hook
+    from fr_otel.recorder.capture import SPECS, _fast_hook_type, _Hook
 
     entries = config["buffer_size"]
     recorder = _install(config)
@@ -219,7 +226,12 @@ def _solo(config: dict[str, Any]) -> dict[str, Any]:
     def noop(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> None:
         return None
 
-    hooked = recorder.capture._wrapper(_Hook("all_reduce", SPECS["all_reduce"], noop))
+    hooks = {"hooked": recorder.capture._wrapper(_Hook("all_reduce", SPECS["all_reduce"], noop))}
+    fast_hook = _fast_hook_type()
+    if fast_hook is not None:
+        hooks["compiled"] = recorder.capture._compiled(
+            fast_hook, _Hook("all_reduce", SPECS["all_reduce"], noop)
+        )
     calls, blocks = config["micro_calls"], config["micro_blocks"]
     per_call: dict[str, list[float]] = {}
 
@@ -232,7 +244,7 @@ def _solo(config: dict[str, Any]) -> dict[str, Any]:
         return out[0]
 
     for _ in range(blocks):
-        for name, function in (("noop", noop), ("hooked", hooked)):
+        for name, function in (("noop", noop), *hooks.items()):
             per_call.setdefault(name, []).append(_per_call(function, tensor, calls))
             per_call.setdefault(f"{name}_thread", []).append(in_thread(function))
 
@@ -493,9 +505,10 @@ def _run_paired(args: argparse.Namespace, receiver: Any, tmp: Path) -> dict[str,
     }
     calls = args.rounds * 3 * args.block
     ranks = _launch(config, 2, tmp / "logs-paired", calls * 0.02 + 180)
+    arms = len(ranks[0]["wall"])
     print(
         f"2. paired, one 2-rank job with the recorder installed (incident): {args.rounds}"
-        f" rounds x 3 arms x {args.block} all_reduce, arm order rotated each round"
+        f" rounds x {arms} arms x {args.block} all_reduce, arm order rotated each round"
     )
     walls = {
         name: [max(values) for values in zip(*(r["wall"][name] for r in ranks), strict=True)]
@@ -507,11 +520,14 @@ def _run_paired(args: argparse.Namespace, receiver: Any, tmp: Path) -> dict[str,
         ]
         for name in ranks[0]["cpu"]
     }
+    compiled = "python" in ranks[0]["wall"]
     labels = {
         "original": "original all_reduce",
         "plain": "plain Python wrapper",
-        "recorder": "recorder's wrapper",
+        "recorder": "recorder (compiled)" if compiled else "recorder's wrapper",
     }
+    if compiled:
+        labels["python"] = "recorder (Python)"
     print(f"   {'':24}{'µs/call':>9}{'vs original (IQR)':>32}{'thread CPU':>12}{'vs original':>13}")
     result: dict[str, Any] = {}
     for name, label in labels.items():
@@ -589,16 +605,20 @@ def main() -> None:
         "3. the recorder's own cost: its wrapper around a no-op collective against the no-op"
         f" alone, world-1 gloo job, warm caches, median of {blocks} blocks of 20,000 calls:"
     )
-    for label, suffix in (
-        ("called from this script's stack (5 user frames)", ""),
-        ("called from a thread (1 user frame)", "_thread"),
-    ):
-        own = micro[f"hooked{suffix}"] - micro[f"noop{suffix}"]
-        print(
-            f"   {label:<50}{own:6.2f} µs/call = {own / off_us * 100:.2f}% of the off"
-            f" all_reduce ({off_us:.0f} µs)"
-        )
-    print("   (the difference: the frame walk for the call site, one step per user frame)")
+    wrappers = [("hooked", "Python wrapper")]
+    if "compiled" in micro:
+        wrappers.insert(0, ("compiled", "compiled wrapper"))
+    for name, wrapper in wrappers:
+        for label, suffix in (
+            ("called from this script's stack", ""),
+            ("called from a thread", "_thread"),
+        ):
+            own = micro[f"{name}{suffix}"] - micro[f"noop{suffix}"]
+            label = f"{wrapper}, {label}"
+            print(
+                f"   {label:<50}{own:6.2f} µs/call = {own / off_us * 100:.2f}% of the off"
+                f" all_reduce ({off_us:.0f} µs)"
+            )
     cpu_extra = paired["recorder"]["cpu_extra"]
     print(
         f"   in the 2-rank job (part 2, cold caches): {cpu_extra:+.1f} µs of training-thread"

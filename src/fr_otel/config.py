@@ -501,6 +501,10 @@ to leave signals alone). Only installed when the signal has no handler yet."""
 FR_OTEL_DISABLE = "FR_OTEL_DISABLE"
 """``1`` makes ``install()`` and ``fr-otel run`` do nothing (a kill switch for launchers)."""
 
+FR_OTEL_PURE_PYTHON = "FR_OTEL_PURE_PYTHON"
+"""``1``: record collectives with the Python wrapper even where the compiled one was built
+(to rule it out when something looks wrong; it costs more CPU per call)."""
+
 RECORDER_VARIABLES: tuple[str, ...] = (
     FR_OTEL_MODE,
     FR_OTEL_BUFFER_SIZE,
@@ -511,6 +515,7 @@ RECORDER_VARIABLES: tuple[str, ...] = (
     FR_OTEL_RING_DIR,
     FR_OTEL_TRIGGER_SIGNAL,
     FR_OTEL_DISABLE,
+    FR_OTEL_PURE_PYTHON,
 )
 
 ALL_VARIABLES = ALL_VARIABLES + RECORDER_VARIABLES
@@ -659,6 +664,11 @@ def recorder_settings(
 def recorder_disabled(environ: Mapping[str, str] | None = None) -> bool:
     """FR_OTEL_DISABLE is set to a true value."""
     return _env(environ).get(FR_OTEL_DISABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+def pure_python(environ: Mapping[str, str] | None = None) -> bool:
+    """FR_OTEL_PURE_PYTHON is set to a true value."""
+    return _env(environ).get(FR_OTEL_PURE_PYTHON, "").strip().lower() in ("1", "true", "yes")
 
 
 # --- torch's Flight Recorder variables the recorder sets when the user has not -------------

@@ -8,7 +8,10 @@ membership, completion, the Python call site and send/recv.
 
 The wrapper's cost is what training pays, so it does only dictionary lookups for anything
 seen before, and it never lets an error of its own reach the caller: a failure in the
-recorder is logged once and counted, and the collective runs unrecorded.
+recorder is logged once and counted, and the collective runs unrecorded. Where the C
+extension ``_fasthook`` was built, collectives are wrapped by it: it records the calls
+whose group, tensors and call site these dictionaries already hold, and hands every other
+call to the Python wrapper here (``FR_OTEL_PURE_PYTHON=1`` switches it off).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from fr_otel.recorder.ring import (
     DONE_OFFSET,
     FAILED,
     HEADER_SIZE,
+    NEXT_RECORD_OFFSET,
     SCHEDULED,
     SLOT,
     SLOT_SIZE,
@@ -42,6 +46,7 @@ from fr_otel.stacks import is_library_frame
 
 if TYPE_CHECKING:
     from fr_otel.recorder.recorder import Recorder
+    from fr_otel.recorder.ring import RingWriter
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +175,19 @@ def _shape_key(value: Any) -> Any:
 _Known = tuple[int, GroupInfo, int, dict[str | None, str], str]
 
 
+def _fast_hook_type() -> Any:
+    """The compiled wrapper's type, or None where it was not built or is switched off."""
+    from fr_otel.config import pure_python
+
+    if pure_python():
+        return None
+    try:
+        from fr_otel.recorder._fasthook import FastHook
+    except ImportError:  # no compiler at install, Python 3.10, another interpreter
+        return None
+    return FastHook
+
+
 class _Hook:
     """One patched function: argument positions resolved once, at install."""
 
@@ -207,6 +225,13 @@ class Capture:
         self._groups: dict[Any, _Known] = {}
         """group argument (None = default) -> (index, info, timeout ns, backend by device,
         backend of ops whose device has none of its own)."""
+        self._fast_groups: dict[Any, tuple[int, bool]] = {}
+        """The groups of ``_groups`` that run every op on one backend -> (index, does that
+        backend queue ops), for the compiled wrapper."""
+        self.compiled = False
+        """Whether the collectives are wrapped by the compiled wrapper (``_fasthook``)."""
+        self._core: Any = None
+        """The compiled hooks' hold on the ring (``_fasthook.Core``), when they are used."""
         self._seq: list[int] = []
         self._p2p_seq: list[int] = []
         self._tensor_type: Any = None
@@ -237,12 +262,26 @@ class Capture:
         self._tensor_type = torch.Tensor
         from torch.distributed import distributed_c10d as c10d
 
+        fast_hook = _fast_hook_type()
+        self.compiled = fast_hook is not None
+        if fast_hook is not None:
+            from fr_otel.recorder._fasthook import Core
+
+            self._core = Core()
+            writer = self.recorder._writer
+            if writer is not None:
+                self.attach(writer)
         for name, spec in SPECS.items():
             original = getattr(c10d, name, None)
             if original is None or _delegates(original):
                 continue
             hook = _Hook(name, spec, original)
-            wrapper = self._guarded(hook) if name in _P2P else self._wrapper(hook)
+            if name in _P2P:
+                wrapper = self._guarded(hook)
+            elif fast_hook is not None:
+                wrapper = self._compiled(fast_hook, hook)
+            else:
+                wrapper = self._wrapper(hook)
             self._patched.append((c10d, name, original))
             setattr(c10d, name, wrapper)
             if getattr(dist, name, None) is original:
@@ -252,6 +291,9 @@ class Capture:
 
         def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
             self._groups.clear()  # ids may be reused by the next groups
+            self._fast_groups.clear()
+            if self._core is not None:
+                self._core.invalidate()
             return destroy(*args, **kwargs)
 
         modules: tuple[Any, ...] = (c10d, dist)
@@ -259,6 +301,17 @@ class Capture:
             if getattr(module, "destroy_process_group", None) is destroy:
                 self._patched.append((module, "destroy_process_group", destroy))
                 module.destroy_process_group = destroy_process_group
+
+    def attach(self, writer: RingWriter) -> None:
+        """Let the compiled hooks write into ``writer``'s ring (the recorder just opened it)."""
+        if self._core is not None:
+            self._core.attach(writer._map, writer.capacity, HEADER_SIZE, NEXT_RECORD_OFFSET)
+
+    def detach(self) -> None:
+        """Stop the compiled hooks writing: the ring is about to be closed. (They hold the
+        mapping, which cannot be closed while they do.)"""
+        if self._core is not None:
+            self._core.detach()
 
     def unpatch(self) -> None:
         for module, name, original in reversed(self._patched):
@@ -291,6 +344,41 @@ class Capture:
         guarded.__doc__ = inner.__doc__
         guarded.__wrapped__ = original  # type: ignore[attr-defined]
         return guarded
+
+    def _compiled(self, fast_hook: Any, hook: _Hook) -> Callable[..., Any]:
+        """The compiled wrapper: the repeating case in C, every other call handed to
+        ``_wrapper``'s, which records it and fills the caches the C code reads."""
+        slow = self._wrapper(hook)
+        spec = hook.spec
+        wrapper = fast_hook(
+            core=self._core,
+            original=hook.original,
+            slow=slow,
+            recorder=self.recorder,
+            groups=self._fast_groups,
+            signatures=slow.signatures,  # type: ignore[attr-defined]
+            owner=slow.owner,  # type: ignore[attr-defined]
+            recent=self._recent_sites,
+            library=self._library,
+            seqs=self._seq,
+            p2p_seqs=self._p2p_seq,
+            tensor_type=self._tensor_type,
+            settle_later=self._settle_later,
+            failed=self._failed,
+            failed_internally=self._failed_internally,
+            inputs_name=spec.inputs,
+            outputs_name=spec.outputs,
+            group_at=hook.group_at,
+            inputs_at=hook.inputs_at,
+            outputs_at=hook.outputs_at,
+            async_at=hook.async_at,
+            same=slow.same,  # type: ignore[attr-defined]
+            slot_size=SLOT_SIZE,
+            done_offset=DONE_OFFSET,
+        )
+        for attribute in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__"):
+            setattr(wrapper, attribute, getattr(slow, attribute))
+        return wrapper  # type: ignore[no-any-return]
 
     def _wrapper(self, hook: _Hook) -> Callable[..., Any]:
         # Everything the wrapper does is inlined here, on closure locals, because of where
@@ -357,13 +445,14 @@ class Capture:
                         signature = None
                     else:
                         device, backend = None, fallback
-                        # the writer's key holds the op, the device (None here) and the
-                        # tensors' key twice: this hook's own dict skips hashing all that.
-                        # Its indexes are one writer's: forget them if another ever opens
+                        # the writer's key holds the op and the device (None here): this
+                        # hook's own dict, keyed by the tensors alone, skips hashing those.
+                        # Its indexes are one writer's: forget them if another ever opens.
+                        # The compiled wrapper reads it with the same keys
                         if writer is not owner[0]:
                             signatures.clear()
                             owner[0] = writer
-                        signature = signatures.get(in_key) if same else None
+                        signature = signatures.get(in_key if same else (in_key, out_key))
                     if signature is None:
                         sig_key = (op, device, in_key, out_key)
                         signature = writer.signatures.get(sig_key)
@@ -371,8 +460,8 @@ class Capture:
                             signature = self._new_signature(
                                 writer, sig_key, spec, inputs, outputs, backend
                             )
-                        if same and device is None and len(signatures) < 4096:
-                            signatures[in_key] = signature
+                        if device is None and len(signatures) < 4096:
+                            signatures[in_key if same else (in_key, out_key)] = signature
                     # A training loop issues its collectives from one long-lived frame, at a
                     # few places, and the stack above a live frame cannot change: the
                     # innermost user frame and its parent (identity, code, instruction) find
@@ -472,6 +561,10 @@ class Capture:
         wrapper.__qualname__ = original.__qualname__
         wrapper.__doc__ = original.__doc__
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        # what _compiled hands the C code
+        wrapper.signatures = signatures  # type: ignore[attr-defined]
+        wrapper.owner = owner  # type: ignore[attr-defined]
+        wrapper.same = same  # type: ignore[attr-defined]
         return wrapper
 
     # --- recording ---------------------------------------------------------------------
@@ -528,6 +621,8 @@ class Capture:
         known = (index, info, timeout, by_device, info.backend or "")
         self.timeouts_ns[index] = known[2]
         self._groups[group] = known
+        if not by_device:
+            self._fast_groups[group] = (index, known[4] in QUEUED_BACKENDS)
         return known
 
     def _user_frame(self, frame: FrameType | None) -> FrameType | None:

@@ -110,6 +110,7 @@ class Recorder:
             job=settings.job,
             backend=backend,
         )
+        self.capture.attach(self._writer)
         self._connect(c10d)
         if settings.otlp is not None:
             from fr_otel.otel.transport import exporter_for
@@ -341,6 +342,7 @@ class Recorder:
             self._stream = None
         self.stats.recorder_errors += self.capture.errors
         writer, self._writer, self._writer_failed = self._writer, None, True
+        self.capture.detach()
         if writer is not None:
             # closing drops the ring's lock: the file stays for whoever reads it later
             writer.close()

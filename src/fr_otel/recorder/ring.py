@@ -36,6 +36,10 @@ from typing import Any, Final
 MAGIC: Final = b"FROTRNG1"
 _HEADER = struct.Struct("<8sIIq")  # magic, slot size, capacity, created ns
 HEADER_SIZE: Final = 64
+NEXT_RECORD = struct.Struct("<q")
+NEXT_RECORD_OFFSET: Final = 24
+"""The header's next record id: the writer's counter lives in the mapping, where the
+compiled wrapper (``_fasthook``) advances it without a Python attribute."""
 # SLOT, DONE and their offsets are public: capture.py writes slots inline on the hot path
 SLOT = struct.Struct("<qiqqiiiqqb7x")
 # record id, group, collective seq, p2p seq, signature, call site, peer, created, done, state
@@ -105,7 +109,8 @@ class RingWriter:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
         self._meta = os.open(base.with_suffix(META_SUFFIX), flags, 0o644)
         self._meta_lock = threading.Lock()
-        self.next_record = 0
+        self._final_next_record = 0
+        """``next_record`` once the mapping is closed."""
         self.groups: dict[Any, int] = {}
         self.signatures: dict[Any, int] = {}
         self.sites: dict[Any, int] = {}
@@ -129,6 +134,18 @@ class RingWriter:
                 "backend": backend,
             }
         )
+
+    @property
+    def next_record(self) -> int:
+        """The id the next record gets; every record before it was written."""
+        try:
+            return int(NEXT_RECORD.unpack_from(self._map, NEXT_RECORD_OFFSET)[0])
+        except ValueError:  # closed at exit
+            return self._final_next_record
+
+    @next_record.setter
+    def next_record(self, value: int) -> None:
+        NEXT_RECORD.pack_into(self._map, NEXT_RECORD_OFFSET, value)
 
     def _append(self, item: dict[str, Any]) -> None:
         line = (json.dumps(item, separators=(",", ":")) + "\n").encode()
@@ -265,7 +282,10 @@ class RingWriter:
             self._map.flush()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
+        self._final_next_record = self.next_record
+        # BufferError: a compiled hook still holds the mapping (Capture.detach was not
+        # called); it stays mapped until the process ends, the file is complete anyway
+        with contextlib.suppress(OSError, ValueError, BufferError):
             self._map.flush()
             self._map.close()
         with contextlib.suppress(OSError):

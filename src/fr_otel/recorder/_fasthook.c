@@ -1,0 +1,726 @@
+/*
+ * The recorder's wrapper around a collective, for the case that repeats: a known group, a
+ * known tensor signature, a known call site. See capture.py (Capture._wrapper) for what is
+ * recorded and why; this file does exactly that, in C, for that case, and hands every
+ * other call to the Python wrapper, which records it and fills the caches read here.
+ *
+ * Why C: the wrapper runs right after the previous collective's wait, when this thread's
+ * caches are cold, and each cache line it touches costs about as much as a warm loop's
+ * whole call. The Python wrapper added 10-22 us of CPU per call in a 2-rank gloo job, over
+ * 1% of a small all_reduce. So this path executes no bytecode and touches little memory:
+ * the ring's mapping is held by a Core object (no attribute lookups per call), the record
+ * counter lives in the ring's header, and each hook remembers its last few groups,
+ * signatures and call sites in its own struct, in front of the Python dicts.
+ *
+ * It never raises an error of its own: anything unexpected (a cache miss, a detached ring,
+ * an attribute that is not what it should be) clears the error and lets the Python
+ * wrapper handle the call, which records it or counts the failure.
+ *
+ * Slot layout (ring.py SLOT, "<qiqqiiiqqb7x", 64 bytes, little-endian):
+ *   0 record id q | 8 group i | 12 seq q | 20 p2p seq q | 28 signature i | 32 site i |
+ *   36 peer i | 40 created ns q | 48 done ns q | 56 state b | 57 padding
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#include <structmember.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "needs Python 3.11's frame API (PyFrame_GetLasti); 3.10 uses the Python wrapper"
+#endif
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the ring is little-endian; this path writes host-order integers"
+#endif
+
+#define SLOT_SIZE 64
+#define DONE_OFFSET 48
+#define STATE_OFFSET 56
+#define SCHEDULED 1
+#define STARTED 2
+#define COMPLETED 3
+#define WAYS 4 /* entries per front cache: a loop calls one collective from a few places */
+
+/* what begin() found */
+#define NOT_RECORDED 0 /* hand the call to the Python wrapper */
+#define RECORDED 1
+#define RECORDED_QUEUED 2 /* NCCL-like: finished by torch's FR, not here */
+
+static PyObject *str_writer, *str_shape, *str_dtype, *str_group, *str_async_op;
+
+/* --- Core: the ring every hook of one recorder writes ------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view; /* the ring's mapping, held while attached */
+    int attached;
+    int64_t capacity;
+    Py_ssize_t header_size;
+    Py_ssize_t next_offset; /* where the header keeps the next record id */
+    uint64_t epoch;         /* changes on attach, detach and invalidate: caches go stale */
+} Core;
+
+static void core_release(Core *core) {
+    if (core->attached) {
+        PyBuffer_Release(&core->view);
+        core->attached = 0;
+    }
+    core->epoch++;
+}
+
+static PyObject *core_attach(PyObject *op, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"map", "capacity", "header_size", "next_offset", NULL};
+    Core *core = (Core *)op;
+    PyObject *map;
+    long long capacity;
+    Py_ssize_t header_size, next_offset;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLnn:attach", names, &map, &capacity,
+                                     &header_size, &next_offset))
+        return NULL;
+    core_release(core);
+    if (capacity <= 0 || header_size < next_offset + 8 || next_offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad ring geometry");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(map, &core->view, PyBUF_WRITABLE) < 0) return NULL;
+    if (core->view.len < header_size + (Py_ssize_t)capacity * SLOT_SIZE) {
+        PyBuffer_Release(&core->view);
+        PyErr_SetString(PyExc_ValueError, "ring mapping smaller than its capacity");
+        return NULL;
+    }
+    core->attached = 1;
+    core->capacity = capacity;
+    core->header_size = header_size;
+    core->next_offset = next_offset;
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_detach(PyObject *op, PyObject *unused) {
+    core_release((Core *)op);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_invalidate(PyObject *op, PyObject *unused) {
+    ((Core *)op)->epoch++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_get_attached(PyObject *op, void *unused) {
+    return PyBool_FromLong(((Core *)op)->attached);
+}
+
+static void core_dealloc(PyObject *op) {
+    core_release((Core *)op);
+    Py_TYPE(op)->tp_free(op);
+}
+
+static PyMethodDef core_methods[] = {
+    {"attach", (PyCFunction)(void (*)(void))core_attach, METH_VARARGS | METH_KEYWORDS,
+     "Write into this mapping (a ring's mmap) from now on; holds a buffer export."},
+    {"detach", core_detach, METH_NOARGS, "Stop writing and release the mapping (before close)."},
+    {"invalidate", core_invalidate, METH_NOARGS,
+     "Forget every hook's cached groups, signatures and call sites."},
+    {NULL}};
+
+static PyGetSetDef core_getset[] = {{"attached", core_get_attached, NULL, NULL, NULL}, {NULL}};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fr_otel.recorder._fasthook.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The ring the compiled hooks of one recorder write.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = core_dealloc,
+    .tp_methods = core_methods,
+    .tp_getset = core_getset,
+};
+
+static inline char *slot_at(Core *core, int64_t record) {
+    return (char *)core->view.buf + core->header_size + (record % core->capacity) * SLOT_SIZE;
+}
+
+static inline int64_t next_record(Core *core) {
+    int64_t value;
+    memcpy(&value, (char *)core->view.buf + core->next_offset, 8);
+    return value;
+}
+
+static inline void set_next_record(Core *core, int64_t value) {
+    memcpy((char *)core->view.buf + core->next_offset, &value, 8);
+}
+
+/* --- FastHook: one patched collective ------------------------------------------------ */
+
+typedef struct {
+    PyObject *group; /* borrowed: the Python dicts hold groups until destroy (new epoch) */
+    uint64_t epoch;
+    Py_ssize_t index;
+    int queued;
+} GroupEntry;
+
+typedef struct {
+    PyObject *shape, *dtype, *out_shape, *out_dtype; /* held */
+    uint64_t epoch;
+    int32_t signature;
+} SignatureEntry;
+
+typedef struct {
+    void *frame, *parent; /* identities only: the codes (held) tell a reused address */
+    int lasti, parent_lasti;
+    PyObject *code, *parent_code;
+    uint64_t epoch;
+    int32_t site;
+} SiteEntry;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict; /* __name__, __wrapped__ ... as on the Python wrapper */
+    vectorcallfunc vectorcall;
+    Core *core;
+    PyObject *original;
+    PyObject *slow;
+    PyObject *recorder;
+    PyObject *groups;     /* group -> (index, queued) for groups of one backend */
+    PyObject *signatures; /* this hook's: tensors' key -> signature index */
+    PyObject *owner;      /* [the writer whose indexes `signatures` holds] */
+    PyObject *recent;     /* (id frame, lasti, id parent, lasti) -> (site, code, parent code) */
+    PyObject *library;    /* id(code) -> is it torch's (or fr_otel's) own frame */
+    PyObject *seqs;       /* per group index: last collective seq */
+    PyObject *p2p_seqs;
+    PyObject *tensor_type;
+    PyObject *settle_later;      /* (writer, record, work) for async ops */
+    PyObject *failed;            /* ((record, is_async), exception) */
+    PyObject *failed_internally; /* (exception) */
+    PyObject *inputs_name;
+    PyObject *outputs_name;
+    Py_ssize_t group_at, inputs_at, outputs_at, async_at;
+    int same;
+    GroupEntry group_cache[WAYS];
+    SignatureEntry signature_cache[WAYS];
+    SiteEntry site_cache[WAYS];
+    unsigned group_turn, signature_turn, site_turn; /* round-robin replacement */
+    unsigned long long recorded; /* calls this path recorded (the rest went to `slow`) */
+} FastHook;
+
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* time.time_ns()'s clock */
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline void put_i64(char *at, int64_t value) { memcpy(at, &value, 8); }
+static inline void put_i32(char *at, int32_t value) { memcpy(at, &value, 4); }
+
+/* The argument at `position`, or the keyword `name`: borrowed, NULL if absent. */
+static PyObject *argument(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                          Py_ssize_t position, PyObject *name) {
+    if (nargs > position) return args[position];
+    if (kwnames == NULL || name == NULL) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (PyTuple_GET_ITEM(kwnames, i) == name) return args[nargs + i];
+    }
+    for (Py_ssize_t i = 0; i < count; i++) { /* keywords need not be interned */
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, i), name) == 0) return args[nargs + i];
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+    return NULL;
+}
+
+/* The group's (index, queued): 1 if known, 0 if not (no error set). */
+static int known_group(FastHook *self, PyObject *group, Py_ssize_t *index, int *queued) {
+    uint64_t epoch = self->core->epoch;
+    for (int i = 0; i < WAYS; i++) {
+        GroupEntry *entry = &self->group_cache[i];
+        if (entry->group == group && entry->epoch == epoch) {
+            *index = entry->index;
+            *queued = entry->queued;
+            return 1;
+        }
+    }
+    PyObject *known = PyDict_GetItemWithError(self->groups, group);
+    if (known == NULL || !PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) return 0;
+    *index = PyLong_AsSsize_t(PyTuple_GET_ITEM(known, 0));
+    *queued = PyObject_IsTrue(PyTuple_GET_ITEM(known, 1));
+    if (*index < 0 || *queued < 0) return 0;
+    GroupEntry *entry = &self->group_cache[self->group_turn++ % WAYS];
+    entry->group = group;
+    entry->epoch = epoch;
+    entry->index = *index;
+    entry->queued = *queued;
+    return 1;
+}
+
+/* shape and dtype (new references) of an exact torch.Tensor: 1, or 0 (no error set). */
+static int tensor_fields(FastHook *self, PyObject *value, PyObject **shape, PyObject **dtype) {
+    *shape = *dtype = NULL;
+    if (value == NULL || (PyObject *)Py_TYPE(value) != self->tensor_type) return 0;
+    *shape = PyObject_GetAttr(value, str_shape);
+    if (*shape == NULL) return 0;
+    *dtype = PyObject_GetAttr(value, str_dtype);
+    if (*dtype == NULL) {
+        Py_CLEAR(*shape);
+        return 0;
+    }
+    return 1;
+}
+
+static int same_shape(PyObject *cached, PyObject *shape) {
+    if (cached == NULL || shape == NULL) return cached == shape;
+    return cached == shape || PyObject_RichCompareBool(cached, shape, Py_EQ) == 1;
+}
+
+/* The signature index of these tensors, if the Python wrapper has interned it: >= 0, or
+ * -1 (no error set). out_shape and out_dtype are NULL for ops of one tensor. */
+static long known_signature(FastHook *self, PyObject *shape, PyObject *dtype,
+                            PyObject *out_shape, PyObject *out_dtype) {
+    uint64_t epoch = self->core->epoch;
+    for (int i = 0; i < WAYS; i++) {
+        SignatureEntry *entry = &self->signature_cache[i];
+        if (entry->epoch == epoch && entry->dtype == dtype && entry->out_dtype == out_dtype &&
+            same_shape(entry->shape, shape) && same_shape(entry->out_shape, out_shape))
+            return entry->signature;
+    }
+    if (PyErr_Occurred()) return -1;
+    /* the Python wrapper's dict, keyed as it keys it: (shape, dtype) or both pairs */
+    long signature = -1;
+    PyObject *writer = PyObject_GetAttr(self->recorder, str_writer);
+    PyObject *key = NULL;
+    if (writer == NULL || PyList_GET_SIZE(self->owner) != 1 ||
+        PyList_GET_ITEM(self->owner, 0) != writer)
+        goto done; /* indexes of another writer: the Python wrapper resets them */
+    key = out_shape == NULL ? Py_BuildValue("(OO)", shape, dtype)
+                            : Py_BuildValue("((OO)(OO))", shape, dtype, out_shape, out_dtype);
+    if (key == NULL) goto done;
+    PyObject *value = PyDict_GetItemWithError(self->signatures, key);
+    if (value == NULL) goto done;
+    signature = PyLong_AsLong(value);
+    if (signature < 0 || signature > INT32_MAX) {
+        signature = -1;
+        goto done;
+    }
+    SignatureEntry *entry = &self->signature_cache[self->signature_turn++ % WAYS];
+    Py_INCREF(shape);
+    Py_INCREF(dtype);
+    Py_XINCREF(out_shape);
+    Py_XINCREF(out_dtype);
+    Py_XSETREF(entry->shape, shape);
+    Py_XSETREF(entry->dtype, dtype);
+    Py_XSETREF(entry->out_shape, out_shape);
+    Py_XSETREF(entry->out_dtype, out_dtype);
+    entry->epoch = epoch;
+    entry->signature = (int32_t)signature;
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(writer);
+    return signature;
+}
+
+/* The call site of the calling frame, if the Python wrapper has seen it: >= 0, or -1 (no
+ * error set). A training loop issues its collectives from one long-lived frame, at a few
+ * places, and the stack above a live frame cannot change: the caller and its parent
+ * (identity, code, instruction offset) find the site again (see capture.py). */
+static long known_site(FastHook *self) {
+    PyFrameObject *frame = PyEval_GetFrame(); /* borrowed: the caller's frame */
+    if (frame == NULL) return -1;
+    uint64_t epoch = self->core->epoch;
+    long site = -1;
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    PyFrameObject *parent = PyFrame_GetBack(frame);
+    PyCodeObject *parent_code = parent != NULL ? PyFrame_GetCode(parent) : NULL;
+    int lasti = PyFrame_GetLasti(frame);
+    int parent_lasti = parent != NULL ? PyFrame_GetLasti(parent) : -1;
+    PyObject *code_id = NULL, *quick = NULL;
+    for (int i = 0; i < WAYS; i++) {
+        SiteEntry *entry = &self->site_cache[i];
+        if (entry->frame == frame && entry->lasti == lasti && entry->parent == parent &&
+            entry->parent_lasti == parent_lasti && entry->epoch == epoch &&
+            entry->code == (PyObject *)code && entry->parent_code == (PyObject *)parent_code) {
+            site = entry->site;
+            goto done;
+        }
+    }
+    /* only a user frame: torch's own frames in between need the Python walk */
+    code_id = PyLong_FromVoidPtr(code);
+    if (code_id == NULL || PyDict_GetItemWithError(self->library, code_id) != Py_False)
+        goto done;
+    quick = Py_BuildValue("(NiNi)", PyLong_FromVoidPtr(frame), lasti,
+                          parent != NULL ? PyLong_FromVoidPtr(parent) : PyLong_FromLong(0),
+                          parent_lasti);
+    if (quick == NULL) goto done;
+    PyObject *hit = PyDict_GetItemWithError(self->recent, quick);
+    /* a dead frame's id can be reused by a new frame: the codes must match too */
+    if (hit == NULL || !PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 3) goto done;
+    if (PyTuple_GET_ITEM(hit, 1) != (PyObject *)code) goto done;
+    if (PyTuple_GET_ITEM(hit, 2) != (parent_code != NULL ? (PyObject *)parent_code : Py_None))
+        goto done;
+    site = PyLong_AsLong(PyTuple_GET_ITEM(hit, 0));
+    if (site < 0 || site > INT32_MAX) {
+        site = -1;
+        goto done;
+    }
+    SiteEntry *entry = &self->site_cache[self->site_turn++ % WAYS];
+    Py_INCREF(code);
+    Py_XINCREF(parent_code);
+    Py_XSETREF(entry->code, (PyObject *)code);
+    Py_XSETREF(entry->parent_code, (PyObject *)parent_code);
+    entry->frame = frame;
+    entry->parent = parent;
+    entry->lasti = lasti;
+    entry->parent_lasti = parent_lasti;
+    entry->epoch = epoch;
+    entry->site = (int32_t)site;
+done:
+    Py_XDECREF(quick);
+    Py_XDECREF(code_id);
+    Py_XDECREF(parent_code);
+    Py_XDECREF(parent);
+    Py_XDECREF(code);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        site = -1;
+    }
+    return site;
+}
+
+/* Record the start of a call the caches know everything about. Returns NOT_RECORDED
+ * (nothing changed, no error set), RECORDED or RECORDED_QUEUED with *record set. */
+static int begin(FastHook *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                 int64_t *record, int *is_async) {
+    Core *core = self->core;
+    if (!core->attached) return NOT_RECORDED; /* the Python wrapper opens the ring */
+    int outcome = NOT_RECORDED;
+    PyObject *shape = NULL, *dtype = NULL, *out_shape = NULL, *out_dtype = NULL;
+    PyObject *seq_value = NULL;
+    Py_ssize_t index;
+    int queued;
+    PyObject *group = argument(args, nargs, kwnames, self->group_at, str_group);
+    if (!known_group(self, group != NULL ? group : Py_None, &index, &queued)) goto done;
+    if (index >= PyList_GET_SIZE(self->seqs) || index >= PyList_GET_SIZE(self->p2p_seqs))
+        goto done;
+
+    PyObject *inputs = argument(args, nargs, kwnames, self->inputs_at, self->inputs_name);
+    if (!tensor_fields(self, inputs, &shape, &dtype)) goto done;
+    if (!self->same) {
+        PyObject *outputs = argument(args, nargs, kwnames, self->outputs_at, self->outputs_name);
+        if (!tensor_fields(self, outputs, &out_shape, &out_dtype)) goto done;
+    }
+    long signature = known_signature(self, shape, dtype, out_shape, out_dtype);
+    if (signature < 0) goto done;
+    long site = known_site(self);
+    if (site < 0) goto done;
+
+    int async_flag = 0;
+    PyObject *async_op = argument(args, nargs, kwnames, self->async_at, str_async_op);
+    if (async_op != NULL && (async_flag = PyObject_IsTrue(async_op)) < 0) goto done;
+    int64_t seq = PyLong_AsLongLong(PyList_GET_ITEM(self->seqs, index)) + 1;
+    int64_t p2p_seq = PyLong_AsLongLong(PyList_GET_ITEM(self->p2p_seqs, index));
+    if (PyErr_Occurred() || (seq_value = PyLong_FromLongLong(seq)) == NULL) goto done;
+
+    int64_t at = next_record(core);
+    char *slot = slot_at(core, at);
+    put_i64(slot + 0, at);
+    put_i32(slot + 8, (int32_t)index);
+    put_i64(slot + 12, seq);
+    put_i64(slot + 20, p2p_seq);
+    put_i32(slot + 28, (int32_t)signature);
+    put_i32(slot + 32, (int32_t)site);
+    put_i32(slot + 36, -1); /* peer: collectives have none */
+    put_i64(slot + 40, now_ns());
+    put_i64(slot + DONE_OFFSET, 0);
+    /* NCCL marks even an async op's future complete once it is queued: only torch's FR
+     * knows when it ran (frmerge reads it at flush time) */
+    slot[STATE_OFFSET] = queued ? SCHEDULED : STARTED;
+    memset(slot + STATE_OFFSET + 1, 0, SLOT_SIZE - STATE_OFFSET - 1);
+    /* only now: a reader that sees the new count finds the slot written */
+    set_next_record(core, at + 1);
+    PyList_SetItem(self->seqs, index, seq_value); /* steals it */
+    seq_value = NULL;
+    *record = at;
+    *is_async = async_flag;
+    self->recorded++;
+    outcome = queued ? RECORDED_QUEUED : RECORDED;
+done:
+    Py_XDECREF(seq_value);
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    Py_XDECREF(out_shape);
+    Py_XDECREF(out_dtype);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return outcome;
+}
+
+static void call_quietly(PyObject *function, PyObject *arguments) {
+    if (arguments == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    PyObject *result = PyObject_Call(function, arguments, NULL);
+    Py_DECREF(arguments);
+    if (result == NULL) PyErr_Clear();
+    Py_XDECREF(result);
+}
+
+/* Mark a finished call's slot, or hand an async work to the Python side. */
+static void finish(FastHook *self, int64_t record, int is_async, PyObject *result) {
+    Core *core = self->core;
+    if (!core->attached) return; /* the ring was closed at exit during the call */
+    if (is_async && result != Py_None) {
+        PyObject *writer = PyObject_GetAttr(self->recorder, str_writer);
+        if (writer != NULL && writer != Py_None) {
+            PyObject *arguments = Py_BuildValue("(OLO)", writer, (long long)record, result);
+            if (arguments != NULL) {
+                PyObject *done = PyObject_Call(self->settle_later, arguments, NULL);
+                Py_DECREF(arguments);
+                Py_XDECREF(done);
+            }
+        }
+        Py_XDECREF(writer);
+        if (PyErr_Occurred()) { /* counted by the Python side, never raised */
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            call_quietly(self->failed_internally, value != NULL ? PyTuple_Pack(1, value) : NULL);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+        }
+        return;
+    }
+    /* the slot is still this record's unless a whole ring of records began since */
+    if (next_record(core) - record <= core->capacity) {
+        char *slot = slot_at(core, record);
+        put_i64(slot + DONE_OFFSET, now_ns());
+        slot[STATE_OFFSET] = COMPLETED;
+    }
+}
+
+static PyObject *hook_call(PyObject *callable, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames) {
+    FastHook *self = (FastHook *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int64_t record = -1;
+    int is_async = 0;
+    int outcome = begin(self, args, nargs, kwnames, &record, &is_async);
+    if (outcome == NOT_RECORDED) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    if (outcome == RECORDED_QUEUED) return result;
+    if (result == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_Exception)) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
+            PyObject *token =
+                Py_BuildValue("(LO)", (long long)record, is_async ? Py_True : Py_False);
+            if (token != NULL && value != NULL) {
+                call_quietly(self->failed, PyTuple_Pack(2, token, value));
+            } else {
+                PyErr_Clear();
+            }
+            Py_XDECREF(token);
+            PyErr_Restore(type, value, traceback);
+        }
+        return NULL;
+    }
+    finish(self, record, is_async, result);
+    return result;
+}
+
+static const char *hook_fields[] = {
+    "core", "original", "slow", "recorder", "groups", "signatures", "owner", "recent",
+    "library", "seqs", "p2p_seqs", "tensor_type", "settle_later", "failed",
+    "failed_internally", "inputs_name", "outputs_name", "group_at", "inputs_at",
+    "outputs_at", "async_at", "same", "slot_size", "done_offset", NULL};
+
+static int hook_init(PyObject *op, PyObject *args, PyObject *kwargs) {
+    FastHook *self = (FastHook *)op;
+    PyObject *core, *original, *slow, *recorder, *groups, *signatures, *owner, *recent,
+        *library, *seqs, *p2p_seqs, *tensor_type, *settle_later, *failed, *failed_internally,
+        *inputs_name, *outputs_name;
+    Py_ssize_t group_at, inputs_at, outputs_at, async_at, slot_size, done_offset;
+    int same;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwargs, "O!OOOO!O!O!O!O!O!O!OOOOOOnnnnpnn:FastHook", (char **)hook_fields,
+            &CoreType, &core, &original, &slow, &recorder, &PyDict_Type, &groups, &PyDict_Type,
+            &signatures, &PyList_Type, &owner, &PyDict_Type, &recent, &PyDict_Type, &library,
+            &PyList_Type, &seqs, &PyList_Type, &p2p_seqs, &tensor_type, &settle_later, &failed,
+            &failed_internally, &inputs_name, &outputs_name, &group_at, &inputs_at, &outputs_at,
+            &async_at, &same, &slot_size, &done_offset))
+        return -1;
+    if (slot_size != SLOT_SIZE || done_offset != DONE_OFFSET) {
+        PyErr_Format(PyExc_ValueError, "ring slot layout %zd/%zd, compiled for %d/%d",
+                     slot_size, done_offset, SLOT_SIZE, DONE_OFFSET);
+        return -1;
+    }
+    PyObject **fields[] = {(PyObject **)&self->core, &self->original,    &self->slow,
+                           &self->recorder,          &self->groups,      &self->signatures,
+                           &self->owner,             &self->recent,      &self->library,
+                           &self->seqs,              &self->p2p_seqs,    &self->tensor_type,
+                           &self->settle_later,      &self->failed,      &self->failed_internally};
+    PyObject *values[] = {core,   original,    slow,         recorder, groups,
+                          signatures, owner,   recent,       library,  seqs,
+                          p2p_seqs,   tensor_type, settle_later, failed, failed_internally};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        Py_INCREF(values[i]);
+        Py_XSETREF(*fields[i], values[i]);
+    }
+    /* interned, so that argument() mostly matches keywords by identity */
+    PyObject *names[2] = {inputs_name, outputs_name};
+    PyObject **targets[2] = {&self->inputs_name, &self->outputs_name};
+    for (int i = 0; i < 2; i++) {
+        PyObject *name = names[i];
+        if (name == Py_None) {
+            Py_CLEAR(*targets[i]);
+            continue;
+        }
+        if (!PyUnicode_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "argument names must be str or None");
+            return -1;
+        }
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        Py_XSETREF(*targets[i], name);
+    }
+    self->group_at = group_at;
+    self->inputs_at = inputs_at;
+    self->outputs_at = outputs_at;
+    self->async_at = async_at;
+    self->same = same;
+    self->vectorcall = hook_call;
+    return 0;
+}
+
+static PyObject *hook_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    FastHook *self = (FastHook *)type->tp_alloc(type, 0);
+    if (self != NULL) self->vectorcall = hook_call;
+    return (PyObject *)self;
+}
+
+static PyObject *hook_vectorcall_unready(PyObject *callable, PyObject *const *args,
+                                         size_t nargsf, PyObject *kwnames) {
+    PyErr_SetString(PyExc_TypeError, "FastHook was not initialised");
+    return NULL;
+}
+
+static int hook_traverse(PyObject *op, visitproc visit, void *arg) {
+    FastHook *self = (FastHook *)op;
+    Py_VISIT(self->dict);
+    Py_VISIT(self->core);
+    Py_VISIT(self->original);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->recorder);
+    Py_VISIT(self->groups);
+    Py_VISIT(self->signatures);
+    Py_VISIT(self->owner);
+    Py_VISIT(self->recent);
+    Py_VISIT(self->library);
+    Py_VISIT(self->seqs);
+    Py_VISIT(self->p2p_seqs);
+    Py_VISIT(self->tensor_type);
+    Py_VISIT(self->settle_later);
+    Py_VISIT(self->failed);
+    Py_VISIT(self->failed_internally);
+    return 0;
+}
+
+static int hook_clear(PyObject *op) {
+    FastHook *self = (FastHook *)op;
+    self->vectorcall = hook_vectorcall_unready;
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->core);
+    Py_CLEAR(self->original);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->recorder);
+    Py_CLEAR(self->groups);
+    Py_CLEAR(self->signatures);
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->recent);
+    Py_CLEAR(self->library);
+    Py_CLEAR(self->seqs);
+    Py_CLEAR(self->p2p_seqs);
+    Py_CLEAR(self->tensor_type);
+    Py_CLEAR(self->settle_later);
+    Py_CLEAR(self->failed);
+    Py_CLEAR(self->failed_internally);
+    Py_CLEAR(self->inputs_name);
+    Py_CLEAR(self->outputs_name);
+    for (int i = 0; i < WAYS; i++) {
+        SignatureEntry *signature = &self->signature_cache[i];
+        Py_CLEAR(signature->shape);
+        Py_CLEAR(signature->dtype);
+        Py_CLEAR(signature->out_shape);
+        Py_CLEAR(signature->out_dtype);
+        Py_CLEAR(self->site_cache[i].code);
+        Py_CLEAR(self->site_cache[i].parent_code);
+        self->group_cache[i].group = NULL;
+    }
+    return 0;
+}
+
+static void hook_dealloc(PyObject *op) {
+    PyObject_GC_UnTrack(op);
+    hook_clear(op);
+    Py_TYPE(op)->tp_free(op);
+}
+
+static PyMemberDef hook_members[] = {
+    {"recorded", T_ULONGLONG, offsetof(FastHook, recorded), READONLY,
+     "Calls recorded here; the others were handed to the Python wrapper."},
+    {NULL}};
+
+static PyGetSetDef hook_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL}, {NULL}};
+
+static PyTypeObject FastHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fr_otel.recorder._fasthook.FastHook",
+    .tp_basicsize = sizeof(FastHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A collective's recorder wrapper: the repeating case in C (see capture.py).",
+    .tp_new = hook_new,
+    .tp_init = hook_init,
+    .tp_dealloc = hook_dealloc,
+    .tp_traverse = hook_traverse,
+    .tp_clear = hook_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastHook, vectorcall),
+    .tp_dictoffset = offsetof(FastHook, dict),
+    .tp_getset = hook_getset,
+    .tp_members = hook_members,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "fr_otel.recorder._fasthook",
+    .m_doc = "The recorder's collective wrapper, repeating case, in C.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__fasthook(void) {
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&FastHookType) < 0) return NULL;
+    struct {
+        PyObject **target;
+        const char *text;
+    } names[] = {{&str_writer, "_writer"},
+                 {&str_shape, "shape"},
+                 {&str_dtype, "dtype"},
+                 {&str_group, "group"},
+                 {&str_async_op, "async_op"}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        *names[i].target = PyUnicode_InternFromString(names[i].text);
+        if (*names[i].target == NULL) return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&CoreType);
+    Py_INCREF(&FastHookType);
+    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0 ||
+        PyModule_AddObject(m, "FastHook", (PyObject *)&FastHookType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
