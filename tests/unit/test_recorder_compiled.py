@@ -144,4 +144,3 @@ def test_what_the_compiled_wrapper_wrote(runs: tuple[dict[str, Any], ...]) -> No
     assert slots[8 + 11][5] == slots[8][5] and slots[9 + 11][5] == slots[9][5]
     # what was written through the mapping is what the file holds after close
     assert [s[:8] for s in slots] == compiled["on_disk"]
-
