@@ -372,6 +372,11 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
             ]
         )
     ],
+    # a span over 2**14 bytes: its length takes a 3-byte varint
+    "huge_span": [
+        _row(record_id=1, call_site="/job/" + "x" * 20_000 + ".py:3 in f"),
+        _row(record_id=2),
+    ],
     "ranks_jobs_and_duplicates_unsorted": [
         _row(job="b", rank=1, record_id=5, collective_seq_id=50),
         _row(job="a", rank=2, record_id=1, collective_seq_id=10),
@@ -427,6 +432,64 @@ def test_attribute_values_as_protobuf_writes_them(value: Any) -> None:
     from fr_otel.otel import encode, wire
 
     assert wire._any_value(value) == encode._value(value).SerializeToString()
+
+
+VARINT_EDGES = [0, 1, 127, 128, 255, 16_383, 16_384, 16_385, 2**21 - 1, 2**21, 2**28 - 1]
+VARINT_EDGES += [2**28, 2**28 + 1, 2**35, 2**42 - 1, 2**42, 2**56, 2**62, INT64_MAX]
+
+
+@pytest.mark.parametrize("top", [0, 127, 16_383, 16_384, 2**28 - 1, 2**28, 2**42, INT64_MAX, -1])
+def test_varints_column_wise_are_the_ones_written_one_at_a_time(top: int) -> None:
+    """The column-wise varints (one 14-bit chunk per lookup) for every number of chunks
+    the largest value asks for, smaller values among them ending early."""
+    from fr_otel.otel import wire
+
+    values = [v for v in VARINT_EDGES if v <= top] + [top]
+    if top < 0:
+        values += [INT64_MIN, -7, 5, 2**28]
+    got = wire._varints(pa.array(values, pa.int64())).to_pylist()
+    assert got == [wire._varint(v & (2**64 - 1)) for v in values]
+
+
+def test_an_all_zero_hash_becomes_the_same_valid_id(
+    fleets: dict[str, pa.Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model``'s ids are never all zero (invalid in OTLP): a zero digest ends in 1. No
+    real input hashes to zero, so a stand-in blake2b does for inputs ending in an even
+    digit; both encoders must still agree, byte for byte."""
+    import hashlib
+
+    from fr_otel.otel import wire
+
+    real = hashlib.blake2b
+
+    class ZeroForEven:
+        def __init__(self, data: bytes = b"", *, digest_size: int) -> None:
+            self.data, self.size = bytes(data), digest_size
+
+        def copy(self) -> ZeroForEven:
+            return ZeroForEven(self.data, digest_size=self.size)
+
+        def update(self, data: bytes) -> None:
+            self.data += bytes(data)
+
+        def digest(self) -> bytes:
+            if self.data[-1:] in (b"0", b"2", b"4", b"6", b"8"):
+                return bytes(self.size)
+            return real(self.data, digest_size=self.size).digest()
+
+    monkeypatch.setattr(hashlib, "blake2b", ZeroForEven)
+    monkeypatch.setattr(wire, "blake2b", ZeroForEven)
+    requests = _assert_same(fleets["gpu_hang"], max_bytes=50_000)
+    spans = [
+        span
+        for data in requests
+        for rs in ExportTraceServiceRequest.FromString(data).resource_spans
+        for span in rs.scope_spans[0].spans
+    ]
+    assert any(s.trace_id == bytes(15) + b"\x01" for s in spans)
+    assert any(s.span_id == bytes(7) + b"\x01" for s in spans)
+    assert any(s.trace_id != bytes(15) + b"\x01" for s in spans)
 
 
 def test_an_empty_table_is_no_request() -> None:

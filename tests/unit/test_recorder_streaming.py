@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 
 from fr_otel.config import RecorderSettings, otlp_settings
+from fr_otel.otel import model
 from fr_otel.otel.transport import exporter_for
-from fr_otel.recorder.ring import COMPLETED, STARTED, GroupInfo, RingWriter, Signature
+from fr_otel.recorder.ring import COMPLETED, FAILED, STARTED, GroupInfo, RingWriter, Signature
 from fr_otel.recorder.streaming import SpanStream
 from tests.otlp_receiver import OtlpReceiver
 
@@ -72,4 +73,54 @@ def test_a_backlog_of_a_quarter_ring_leaves_before_the_interval(tmp_path: Path) 
         finally:
             stream.stop()
             stream.join(timeout=5)
+    writer.close()
+
+
+def _record_ids(receiver: OtlpReceiver) -> list[int]:
+    return [
+        next(a.value.int_value for a in span.attributes if a.key == model.RECORD_ID)
+        for _, span in receiver.spans()
+    ]
+
+
+def test_each_record_leaves_once_in_flight_ones_when_they_finish(tmp_path: Path) -> None:
+    """A pass sends what finished (failed included) and keeps its place at the oldest op
+    still running; the next passes send that op once it finishes, and nothing twice."""
+    writer, group, signature, site = _ring(tmp_path)
+    with OtlpReceiver(protocol="http") as receiver:
+        settings = RecorderSettings(
+            mode="continuous",
+            job="j",
+            export_interval_s=3600.0,
+            archive=tmp_path / "archive",
+            otlp=otlp_settings(receiver.endpoint, "http/protobuf"),
+        )
+        assert settings.otlp is not None
+        stream = SpanStream(
+            writer=lambda: writer, settings=settings, exporter=exporter_for(settings.otlp)
+        )
+        _issue(writer, (group, signature, site), 1, 5)  # records 0-4
+        running = writer.begin(group, 6, 0, signature, site, -1, STARTED)  # record 5
+        failed = writer.begin(group, 7, 0, signature, site, -1, STARTED)  # record 6
+        writer.finish(failed, FAILED)
+        _issue(writer, (group, signature, site), 8, 2)  # records 7, 8
+        stream.export_once()
+        assert sorted(_record_ids(receiver)) == [0, 1, 2, 3, 4, 6, 7, 8]
+        assert (stream.cursor, stream.sent_ahead) == (running, {6, 7, 8})
+        assert stream.already_sent() == {0, 1, 2, 3, 4, 6, 7, 8}
+
+        stream.export_once()  # nothing new
+        writer.finish(running, COMPLETED)
+        _issue(writer, (group, signature, site), 10, 1)  # record 9
+        stream.export_once()
+        stream.export_once()
+        assert sorted(_record_ids(receiver)) == list(range(10))
+        assert (stream.cursor, stream.sent_ahead) == (10, set())
+        assert stream.sent == 10 and stream.dropped == 0 and stream.failures == 0
+
+        # the ring overwrote records before a pass came: counted, the rest still sent
+        _issue(writer, (group, signature, site), 11, CAPACITY + 3)
+        stream.export_once()
+        assert stream.dropped == 3 and stream.sent == 10 + CAPACITY
+        assert sorted(_record_ids(receiver)) == [*range(10), *range(13, 10 + CAPACITY + 3)]
     writer.close()

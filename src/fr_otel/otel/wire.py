@@ -12,12 +12,14 @@ How it stays fast (under 3 µs a span against the SDK's 120-150, see
   Arrow (list columns included), and the codes of every column that does not change
   from span to span (group, op, state, shapes, dtypes, call site, peer, ...) are
   combined into one "block" code per row. Each distinct block becomes attribute bytes
-  once, from one representative row, by the rules of ``encode.row_to_span``.
+  once, from one representative row, by the rules of ``encode.row_to_span``, and stays
+  cached across calls (continuous mode encodes the same few blocks every pass).
 - What differs per span (record id, sequence number, times, error type) is written a
   column at a time with Arrow kernels: varints from lookup tables, fixed64 from the
   int64 buffer itself, each span's bytes but its ids joined row-wise.
-- The one per-row Python loop hashes the two ids (``model.trace_id``/``span_id``) and
-  appends the span's pieces to its request, cut at the same byte budget.
+- The one per-row Python loop hashes the two ids (``model.trace_id``/``span_id``). The
+  spans are then joined in Arrow into one buffer, and a request is slices of it behind
+  their ranks' headers, cut at the same byte budget (found by bisection, not span by span).
 
 The decoded messages equal ``encode_requests``'s, and in practice the bytes are the ones
 ``SerializeToString`` writes (fields in field-number order); ``tests/unit/test_otel_wire.py``
@@ -30,10 +32,12 @@ import functools
 import json
 import struct
 import sys
+from array import array
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -168,12 +172,14 @@ _KIND_INTERNAL = b"\x30\x01"
 # --- columns -> integer codes ----------------------------------------------------------
 # All in Arrow (numpy is not a dependency): per-row work in Python is what this module avoids.
 
+_ENCODE_NULLS = pc.DictionaryEncodeOptions(null_encoding="encode")
+
 
 def _dictionary(array: pa.Array) -> pa.DictionaryArray:
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
     # nulls get a code of their own, so "null" is just another distinct value
-    encoded: pa.DictionaryArray = pc.dictionary_encode(array, null_encoding="encode")
+    encoded: pa.DictionaryArray = pc.dictionary_encode(array, options=_ENCODE_NULLS)
     return encoded
 
 
@@ -184,24 +190,38 @@ def _is_list(array: pa.Array) -> bool:
 def _codes(array: pa.Array) -> tuple[pa.Array, int]:
     """One code per row, numbered 0.. in order of first appearance, and how many there are.
 
-    Equal values, equal codes. Lists are coded bottom up: the elements first, then each
-    row's run of element codes is read as one binary string (the codes' own bytes and the
-    list's own offsets, not copied) and the strings are coded. Null and empty lists stay
-    apart through the validity bitmap.
+    Equal values, equal codes. Lists are coded bottom up: each row's run of elements is read
+    as one binary string (with the list's own offsets, not copied) and the strings are
+    coded. The run is of the elements' own bytes where those say everything (integers, no
+    nulls: the shapes and rank lists), else of the elements' codes. Null and empty lists
+    stay apart through the validity bitmap.
     """
     if not _is_list(array):
         encoded = _dictionary(array)
         return encoded.indices, len(encoded.dictionary)
     # every child, also those under null lists (their rows are null anyway)
-    elements = _codes(array.values)[0].cast(pa.int32())
-    width = 4
+    elements = array.values
+    if not (pa.types.is_integer(elements.type) and elements.null_count == 0):
+        elements = _codes(elements)[0]
+        if not pa.types.is_int32(elements.type):
+            elements = elements.cast(pa.int32())
+    width = elements.type.bit_width // 8
     data = elements.buffers()[1].slice(elements.offset * width, len(elements) * width)
-    offsets = pc.multiply(array.offsets.cast(pa.int64()), _int(width))
     validity = pc.is_valid(array).buffers()[1] if array.null_count else None
+    offsets = array.offsets
+    if len(elements) * width <= _INT32_MAX:
+        # the usual case: byte offsets fit binary's int32 (a cast fewer)
+        if not pa.types.is_int32(offsets.type):
+            offsets = offsets.cast(pa.int32())
+        offsets = pc.multiply(offsets, _scalar(width, pa.int32()))
+        kind, offset_width = pa.binary(), 4
+    else:
+        offsets = pc.multiply(offsets.cast(pa.int64()), _int(width))
+        kind, offset_width = pa.large_binary(), 8
     rows = pa.Array.from_buffers(
-        pa.large_binary(),
+        kind,
         len(array),
-        [validity, offsets.buffers()[1].slice(offsets.offset * 8), data],
+        [validity, offsets.buffers()[1].slice(offsets.offset * offset_width), data],
         null_count=array.null_count,
     )
     return _codes(rows)
@@ -212,31 +232,18 @@ def _first_seen(codes: pa.Array, count: int) -> pa.Array:
     return pc.index_in(pa.array(range(count), codes.type), value_set=codes)
 
 
-@dataclass(frozen=True)
-class _Column:
-    codes: pa.Array
-    """Per row: index into ``values``."""
-    values: list[Any]
-    """The distinct values as Python objects (what ``to_pylist`` gives), ``None`` included."""
-
-
-def _distinct(array: pa.Array) -> _Column:
-    if _is_list(array):
-        codes, count = _codes(array)
-        return _Column(codes, array.take(_first_seen(codes, count)).to_pylist())
-    encoded = _dictionary(array)
-    return _Column(encoded.indices, encoded.dictionary.to_pylist())
-
-
-def _combine(columns: Sequence[_Column]) -> tuple[pa.Array, int]:
+def _combine(columns: Sequence[tuple[pa.Array, int]], rows: int) -> tuple[pa.Array, int]:
     """One code per distinct combination of the columns' values (mixed radix)."""
+    varying = [(codes, width) for codes, width in columns if width > 1]
+    if not varying:
+        # one value per column for every row (one rank's steady state): one block
+        return pa.repeat(_int(0), rows), 1
+    if len(varying) == 1:
+        return varying[0]  # already numbered in order of first appearance
     combined: pa.Array | None = None
     radix = 1
-    for column in columns:
-        width = len(column.values)
-        if width <= 1:
-            continue  # one value for every row (the usual job, rank, backend): nothing to add
-        codes = column.codes.cast(pa.int64())
+    for codes, width in varying:
+        codes = codes.cast(pa.int64())
         if combined is None:
             combined, radix = codes, width
             continue
@@ -246,9 +253,12 @@ def _combine(columns: Sequence[_Column]) -> tuple[pa.Array, int]:
             combined = combined.cast(pa.int64())
         combined = pc.add(pc.multiply(combined, _int(width)), codes)
         radix *= width
-    if combined is None:
-        return pa.array([0] * len(columns[0].codes), pa.int64()), 1
+    assert combined is not None
     return _codes(combined)
+
+
+def _array(column: pa.ChunkedArray) -> pa.Array:
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 # --- spans -----------------------------------------------------------------------------
@@ -318,11 +328,37 @@ def _call_site(text: str | None) -> bytes:
     return out
 
 
-def _block(
-    row: dict[str, Any],
-    resources: dict[tuple[str, int], _Resource],
-    extra: Mapping[str, str | int] | None,
-) -> _Block:
+_BLOCKS: dict[tuple[str, tuple[tuple[str, str | int], ...]], _Block] = {}
+"""Blocks already encoded, by their row's values and the extra resource attributes:
+continuous mode encodes the same few blocks every pass."""
+_RESOURCES: dict[tuple[str, int, tuple[tuple[str, str | int], ...]], _Resource] = {}
+_CACHE_LIMIT = 1024
+"""Entries kept before the caches start over (a job's distinct blocks are far fewer)."""
+
+
+def _cached_block(row: dict[str, Any], extra: tuple[tuple[str, str | int], ...]) -> _Block:
+    """``_block`` of ``row``, encoded once per distinct row. The values' ``repr`` is the key:
+    they are strings, ints, bools, ``None`` and lists of those, which it tells apart."""
+    key = (repr(tuple(row.values())), extra)
+    block = _BLOCKS.get(key)
+    if block is None:
+        if len(_BLOCKS) >= _CACHE_LIMIT:
+            _BLOCKS.clear()
+        block = _BLOCKS[key] = _block(row, extra)
+    return block
+
+
+def _cached_resource(job: str, rank: int, extra: tuple[tuple[str, str | int], ...]) -> _Resource:
+    key = (job, rank, extra)
+    resource = _RESOURCES.get(key)
+    if resource is None:
+        if len(_RESOURCES) >= _CACHE_LIMIT:
+            _RESOURCES.clear()
+        resource = _RESOURCES[key] = _resource(job, rank, dict(extra))
+    return resource
+
+
+def _block(row: dict[str, Any], extra: tuple[tuple[str, str | int], ...]) -> _Block:
     """The shared part of ``encode.row_to_span`` for one representative row."""
     job, rank, op, state = row["job"], row["rank"], row["op"], row["state"]
     is_p2p = bool(row["is_p2p"]) or op in ("send", "recv")
@@ -363,11 +399,8 @@ def _block(
     attrs_tail += _call_site(row["call_site"])
     message = f"{op} never completed ({state})".encode()
     error_status = _field(0x7A, _field(0x12, message) + _STATUS_ERROR_CODE)
-    resource = resources.get((job, rank))
-    if resource is None:
-        resource = resources[(job, rank)] = _resource(job, rank, extra)
     return _Block(
-        resource=resource,
+        resource=_cached_resource(job, rank, extra),
         key_lead=key[: -len(tail)] + (f"p2p\x00{rank}\x00" if is_p2p else "coll\x00"),
         id_infix=f"\x00{rank}\x00",
         is_p2p=is_p2p,
@@ -405,23 +438,22 @@ def _order(table: pa.Table, one_job_and_rank: bool) -> pa.Array | None:
     return pc.sort_indices(pa.table(keys), sort_keys=_SORT_KEYS)
 
 
-def _resource_spans(resource: _Resource, spans: list[bytes], spans_size: int) -> list[bytes]:
-    """``ExportTraceServiceRequest.resource_spans`` (field 1) around one rank's spans.
-
-    As pieces for one final join: a request is megabytes, so no intermediate copies.
-    """
+def _resource_spans_head(resource: _Resource, spans_size: int) -> bytes:
+    """``ExportTraceServiceRequest.resource_spans`` (field 1) up to one rank's spans, which
+    follow it: ``spans_size`` bytes of ``ScopeSpans.spans`` fields."""
     scope_spans_size = len(resource.scope) + spans_size
     scope_spans_length = _varint(scope_spans_size)
     body_size = len(resource.resource) + 1 + len(scope_spans_length) + scope_spans_size
-    return [
-        b"\x0a",
-        _varint(body_size),
-        resource.resource,
-        b"\x12",
-        scope_spans_length,
-        resource.scope,
-        *spans,
-    ]
+    return b"".join(
+        (
+            b"\x0a",
+            _varint(body_size),
+            resource.resource,
+            b"\x12",
+            scope_spans_length,
+            resource.scope,
+        )
+    )
 
 
 def encode_requests_fast(
@@ -443,21 +475,16 @@ def encode_requests_fast(
     if table.num_rows == 0:
         return
     # codes are computed in table order; only the (integer) results are put in span order
-    columns = [_distinct(table.column(name).combine_chunks()) for name in _BLOCK_COLUMNS]
-    by_name = dict(zip(_BLOCK_COLUMNS, columns, strict=True))
-    order = _order(table, len(by_name["job"].values) == len(by_name["rank"].values) == 1)
-    block_codes, count = _combine(columns)
-    # one representative row per block: its values, column by column
-    first = _first_seen(block_codes, count)
-    values = [
-        [column.values[code] for code in column.codes.take(first).to_pylist()] for column in columns
-    ]
-    resources: dict[tuple[str, int], _Resource] = {}
-    blocks = [
-        _block(dict(zip(_BLOCK_COLUMNS, row, strict=True)), resources, resource)
-        for row in zip(*values, strict=True)
-    ]
-    rows = {name: table.column(name).combine_chunks() for name in _ROW_COLUMNS}
+    columns = [_codes(_array(table.column(name))) for name in _BLOCK_COLUMNS]
+    widths = dict(zip(_BLOCK_COLUMNS, (width for _, width in columns), strict=True))
+    order = _order(table, widths["job"] == widths["rank"] == 1)
+    block_codes, count = _combine(columns, table.num_rows)
+    # one representative row per block
+    shared = table.select(_BLOCK_COLUMNS)
+    shared = shared.slice(0, 1) if count == 1 else shared.take(_first_seen(block_codes, count))
+    extra = tuple((resource or {}).items())
+    blocks = [_cached_block(row, extra) for row in shared.to_pylist()]
+    rows = {name: _array(table.column(name)) for name in _ROW_COLUMNS}
     if order is not None:
         block_codes = block_codes.take(order)
         rows = {name: column.take(order) for name, column in rows.items()}
@@ -468,16 +495,34 @@ def encode_requests_fast(
 
 _CHUNK_BITS = 14
 _LAST = 1 << _CHUNK_BITS
-_ABSENT = 2 * _LAST
+_INT32_MAX = (1 << 31) - 1
 
 
 @functools.cache
 def _varint_table() -> pa.Array:
     """Varints by 14-bit chunk: [0, 2**14) the chunk as the last one (minimal: 1 or 2
-    bytes), [2**14, 2**15) the chunk with more to follow (2 bytes, both continued),
-    then the empty string for a chunk the value does not reach."""
+    bytes), [2**14, 2**15) the chunk with more to follow (2 bytes, both continued)."""
     more = [bytes(((n & 0x7F) | 0x80, (n >> 7) | 0x80)) for n in range(_LAST)]
-    return pa.array([*_VARINTS, *more, b""], pa.binary())
+    return pa.array([*_VARINTS, *more], pa.binary())
+
+
+@functools.cache
+def _varint_tail_table() -> pa.Array:
+    """``_varint_table`` for a chunk after the first: 0 there is past the value's end."""
+    return pa.concat_arrays([pa.array([b""], pa.binary()), _varint_table().slice(1)])
+
+
+@functools.cache
+def _front_table() -> pa.Array:
+    """For a span of n < 2**14 bytes: its ``ScopeSpans.spans`` tag and length, then the
+    tag of its first field (``trace_id``, 16 bytes)."""
+    return pa.array([b"\x12" + v + b"\x0a\x10" for v in _VARINTS], pa.binary())
+
+
+@functools.cache
+def _int_prefix_table() -> pa.Array:
+    """``_RECORD_ID``, ``_COLLECTIVE_SEQ_ID`` and ``_P2P_SEQ_ID``, 11 entries each."""
+    return pa.array([*_RECORD_ID, *_COLLECTIVE_SEQ_ID, *_P2P_SEQ_ID], pa.binary())
 
 
 @functools.cache
@@ -500,22 +545,54 @@ def _int(value: int) -> pa.Scalar:
     return _scalar(value, pa.int64())
 
 
+def _as_int64(values: pa.Array) -> pa.Array:
+    return values if pa.types.is_int64(values.type) else values.cast(pa.int64())
+
+
+_STRIDES: dict[int, pa.Buffer] = {}
+
+
+def _strided(width: int, count: int) -> pa.Buffer:
+    """int32 offsets 0, width, 2 * width, ... for ``count`` values: a binary array over
+    ``count`` packed values of ``width`` bytes each, without a kernel call. One buffer per
+    width, grown as needed and sliced."""
+    buffer = _STRIDES.get(width)
+    if buffer is None or buffer.size < (count + 1) * 4:
+        if width * count > _INT32_MAX:
+            raise ValueError(f"{count} values of {width} bytes overflow binary offsets")
+        # room for passes up to twice this one's size before the next rebuild
+        capacity = min(2 * count, _INT32_MAX // width)
+        buffer = _STRIDES[width] = pa.py_buffer(
+            array("i", range(0, width * (capacity + 1), width)).tobytes()
+        )
+    return buffer.slice(0, (count + 1) * 4)
+
+
+def _offsets(values: pa.Array) -> list[int]:
+    """A binary array's ``len + 1`` offsets, as Python ints."""
+    view = memoryview(values.buffers()[1])[
+        values.offset * 4 : (values.offset + len(values) + 1) * 4
+    ]
+    return view.cast("i").tolist()
+
+
 def _varints(values: pa.Array) -> pa.Array:
     """Each int64 value's varint (negative: its 64-bit two's complement, 10 bytes)."""
-    table = _varint_table()
-    unsigned = values.cast(pa.int64()).view(pa.uint64())
+    unsigned = _as_int64(values).view(pa.uint64())
     top = pc.max(unsigned).as_py() or 0
     chunks = max(1, -(-top.bit_length() // _CHUNK_BITS))
     pieces = []
     for j in range(chunks):
-        shift = _CHUNK_BITS * j
-        chunk = pc.bit_wise_and(pc.shift_right(unsigned, _u64(shift)), _u64(_LAST - 1))
+        # what is left of each value from chunk j on; past a value's end it is 0, which
+        # the tables for j > 0 turn into nothing
+        rest = pc.shift_right(unsigned, _u64(_CHUNK_BITS * j)) if j else unsigned
+        table = _varint_table() if j == 0 else _varint_tail_table()
         if j + 1 < chunks:
-            more = pc.greater_equal(unsigned, _u64(1 << (shift + _CHUNK_BITS)))
-            chunk = pc.add(chunk, pc.multiply(more.cast(pa.uint64()), _u64(_LAST)))
-        if j:
-            chunk = pc.if_else(pc.greater_equal(unsigned, _u64(1 << shift)), chunk, _u64(_ABSENT))
-        pieces.append(table.take(chunk))
+            # the chunk with "more to follow" where more follows: rest itself when it
+            # fits one chunk, else chunk + 2**14 (the smaller of the two)
+            low = pc.bit_wise_and(rest, _u64(_LAST - 1))
+            rest = pc.min_element_wise(rest, pc.add(low, _u64(_LAST)))
+        pieces.append(table.take(rest))
     if len(pieces) == 1:
         return pieces[0]
     return pc.binary_join_element_wise(*pieces, _bytes(b""))
@@ -525,41 +602,68 @@ def _fixed64(values: pa.Array) -> pa.Array:
     """Each int64 value's 8 little-endian bytes (the values' own buffer where it can)."""
     if sys.byteorder != "little":
         return pa.array([v.to_bytes(8, "little") for v in values.to_pylist()], pa.binary())
-    values = values.cast(pa.int64())
+    values = _as_int64(values)
     data = values.buffers()[1].slice(values.offset * 8, len(values) * 8)
-    return pa.Array.from_buffers(pa.binary(8), len(values), [None, data]).cast(pa.binary())
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, _strided(8, len(values)), data])
 
 
-def _int_attributes(values: pa.Array, prefixes: pa.Array, prefix_index: pa.Array) -> pa.Array:
-    """An int attribute per row; ``prefixes[prefix_index + len(varint)]`` goes before it."""
-    varints = _varints(pc.fill_null(values, _scalar(0, values.type)))
-    index = pc.add(prefix_index, pc.binary_length(varints).cast(pa.int64()))
-    out = pc.binary_join_element_wise(prefixes.take(index), varints, _bytes(b""))
-    if values.null_count:
-        out = pc.if_else(pc.is_null(values), _bytes(b""), out)
-    return out
+Piece: TypeAlias = "pa.Array | pa.Scalar"
+"""A ``binary_join_element_wise`` argument: per row, or the same for every row."""
+
+
+def _int_attribute(values: pa.Array, prefixes: pa.Array, prefix_index: Piece | None) -> list[Piece]:
+    """An int attribute per row (none for a null), as pieces of the span's join:
+    ``prefixes[prefix_index + len(varint)]`` and the varint."""
+    filled = pc.fill_null(values, _scalar(0, values.type)) if values.null_count else values
+    varints = _varints(filled)
+    index = pc.binary_length(varints)
+    if prefix_index is not None:
+        index = pc.add(index, prefix_index)
+    prefix = prefixes.take(index)
+    if not values.null_count:
+        return [prefix, varints]
+    out = pc.binary_join_element_wise(prefix, varints, _bytes(b""))
+    return [pc.if_else(pc.is_null(values), _bytes(b""), out)]
 
 
 class _Rows:
     """Every span's bytes but its two ids, built a column at a time in Arrow.
 
-    A span is ``front + trace_id + b"\\x12\\x08" + span_id + rest``; the ids come from
-    hashing ``keys`` (the trace key) and ``id_inputs`` (what ``model.span_id`` hashes).
+    A span's field is ``fronts + trace_id + b"\\x12\\x08" + span_id + rests``; the ids come
+    from hashing ``keys`` (the trace key) and ``id_inputs`` (what ``model.span_id`` hashes).
+    What all blocks share is handed to Arrow as one scalar rather than spread over the rows:
+    continuous mode often has one block, or blocks that are all done.
     """
 
     def __init__(self, blocks: list[_Block], codes: pa.Array, rows: dict[str, pa.Array]) -> None:
-        def per_row(values: list[Any], kind: pa.DataType) -> pa.Array:
+        single = len(blocks) == 1
+
+        def per_row(values: list[Any], kind: pa.DataType) -> Piece:
+            if single:
+                return pa.scalar(values[0], kind)
             return pa.array(values, kind).take(codes)
 
-        is_p2p = per_row([b.is_p2p for b in blocks], pa.bool_())
-        done = per_row([b.done for b in blocks], pa.bool_())
+        def pick(flags: list[bool], if_true: Piece, if_false: Piece) -> Any:
+            """Per row: ``if_true`` where its block's flag is set, else ``if_false``."""
+            if all(flags):
+                return if_true
+            if not any(flags):
+                return if_false
+            return pc.if_else(per_row(flags, pa.bool_()), if_true, if_false)
+
+        done = [b.done for b in blocks]
+        is_p2p = [b.is_p2p for b in blocks]
         record_id = rows["record_id"]
+        self.count = len(record_id)
 
         # ids' inputs: model.trace_key's and model.span_id's text, "None" for a null
-        sequence = pc.if_else(is_p2p, rows["p2p_seq_id"], rows["collective_seq_id"])
+        sequence = pick(is_p2p, rows["p2p_seq_id"], rows["collective_seq_id"])
+        sequence_text = sequence.cast(pa.string())
+        if sequence_text.null_count:
+            sequence_text = pc.fill_null(sequence_text, _scalar("None", pa.string()))
         key = pc.binary_join_element_wise(
             per_row([b.key_lead for b in blocks], pa.string()),
-            pc.fill_null(sequence.cast(pa.string()), _scalar("None", pa.string())),
+            sequence_text,
             _scalar("", pa.string()),
         )
         id_input = pc.binary_join_element_wise(
@@ -568,59 +672,77 @@ class _Rows:
             record_id.cast(pa.string()),
             _scalar("", pa.string()),
         )
+        self.keys: list[bytes] = key.view(pa.binary()).to_pylist()
+        self.id_inputs: list[bytes] = id_input.view(pa.binary()).to_pylist()
 
         # times: start = creation (or 0); end = completion if done, else the dump time,
         # the start when that is null or 0, and never before the start. With start >= 0
         # (protobuf refuses less), "null or 0 -> start" is already what the max does.
-        start = pc.fill_null(rows["time_created_ns"], _scalar(0, rows["time_created_ns"].type))
-        if pc.min(start).as_py() < 0:
+        start = _as_int64(rows["time_created_ns"])
+        if start.null_count:
+            start = pc.fill_null(start, _int(0))
+        earliest = pc.min(start).as_py()
+        if earliest < 0:
             raise ValueError("Value out of range: negative time_created_ns")
-        end = pc.if_else(done, rows["time_completed_ns"], rows["dump_time_ns"])
-        end = pc.max_element_wise(pc.fill_null(end, _scalar(0, end.type)), start)
-        times = [
-            pc.if_else(
-                pc.equal(value, _scalar(0, value.type)),
-                _bytes(b""),
-                pc.binary_join_element_wise(_bytes(tag), _fixed64(value), _bytes(b"")),
-            )
-            for tag, value in ((b"\x39", start), (b"\x41", end))
-        ]
+        end = _as_int64(pick(done, rows["time_completed_ns"], rows["dump_time_ns"]))
+        if end.null_count:
+            end = pc.fill_null(end, _int(0))
+        end = pc.max_element_wise(end, start)
+        times: list[Piece] = []
+        for tag, value in ((b"\x39", start), (b"\x41", end)):
+            if earliest > 0:  # and so is every end: no time is left out
+                times += (_bytes(tag), _fixed64(value))
+            else:  # a time of 0 is protobuf's default: not written
+                times.append(
+                    pc.if_else(
+                        pc.equal(value, _int(0)),
+                        _bytes(b""),
+                        pc.binary_join_element_wise(_bytes(tag), _fixed64(value), _bytes(b"")),
+                    )
+                )
 
-        int_prefixes = pa.array([*_RECORD_ID, *_COLLECTIVE_SEQ_ID, *_P2P_SEQ_ID], pa.binary())
-        record = _int_attributes(record_id, int_prefixes, pa.scalar(0, pa.int64()))
+        prefixes = _int_prefix_table()
+        record = _int_attribute(record_id, prefixes, None)
         # collective_seq_id's prefixes start at 11, p2p_seq_id's at 22
-        sequence_attribute = _int_attributes(
-            sequence, int_prefixes, pc.add(pc.multiply(is_p2p.cast(pa.int64()), _int(11)), _int(11))
-        )
+        if all(is_p2p) or not any(is_p2p):
+            first = 22 if is_p2p[0] else 11
+            sequence_attribute = _int_attribute(sequence, prefixes.slice(first, 11), None)
+        else:
+            offset = per_row([22 if p else 11 for p in is_p2p], pa.int32())
+            sequence_attribute = _int_attribute(sequence, prefixes, offset)
 
-        error_kind = self._error_kinds(blocks, codes, done, start, rows["dump_time_ns"])
-        error = pa.array([b"", _ERROR_TIMEOUT, _ERROR_NOT_COMPLETED], pa.binary()).take(error_kind)
-        status = pc.if_else(
-            done, _bytes(_STATUS_UNSET), per_row([b.error_status for b in blocks], pa.binary())
-        )
-        rest = pc.binary_join_element_wise(
+        if all(done):
+            error_status: list[Piece] = [_bytes(_STATUS_UNSET)]
+        else:
+            done_rows = pa.array(done, pa.bool_()).take(codes)
+            error_kind = self._error_kinds(blocks, codes, done_rows, start, rows["dump_time_ns"])
+            errors = pa.array([b"", _ERROR_TIMEOUT, _ERROR_NOT_COMPLETED], pa.binary())
+            status = pc.if_else(
+                done_rows,
+                _bytes(_STATUS_UNSET),
+                per_row([b.error_status for b in blocks], pa.binary()),
+            )
+            error_status = [errors.take(error_kind), status]
+        self.rests: pa.Array = pc.binary_join_element_wise(
             per_row([b.name_kind for b in blocks], pa.binary()),
             *times,
             per_row([b.attrs_head for b in blocks], pa.binary()),
-            record,
+            *record,
             per_row([b.attrs_middle for b in blocks], pa.binary()),
-            sequence_attribute,
+            *sequence_attribute,
             per_row([b.attrs_tail for b in blocks], pa.binary()),
-            error,
-            status,
+            *error_status,
             _bytes(b""),
         )
         # 28: the two ids with their tags and lengths
-        length = pc.add(pc.binary_length(rest).cast(pa.int64()), _int(28))
-        front = pc.binary_join_element_wise(
-            _bytes(b"\x12"), _varints(length), _bytes(b"\x0a\x10"), _bytes(b"")
-        )
-
-        self.keys: list[bytes] = key.cast(pa.binary()).to_pylist()
-        self.id_inputs: list[bytes] = id_input.cast(pa.binary()).to_pylist()
-        self.fronts: list[bytes] = front.to_pylist()
-        self.rests: list[bytes] = rest.to_pylist()
-        self.runs = self._runs(blocks, codes)
+        length = pc.add(pc.binary_length(self.rests), _scalar(28, pa.int32()))
+        if pc.max(length).as_py() < _LAST:
+            self.fronts: pa.Array = _front_table().take(length)
+        else:
+            self.fronts = pc.binary_join_element_wise(
+                _bytes(b"\x12"), _varints(length), _bytes(b"\x0a\x10"), _bytes(b"")
+            )
+        self.runs = self._runs(blocks, codes, self.count)
 
     @staticmethod
     def _error_kinds(
@@ -649,18 +771,22 @@ class _Rows:
         return pc.replace_with_mask(kinds, not_done, pa.array(out, pa.int8()))
 
     @staticmethod
-    def _runs(blocks: list[_Block], codes: pa.Array) -> list[tuple[int, int, _Resource]]:
-        """(first row, end row, resource) of each run of rows of one rank (rows are sorted)."""
-        index: dict[int, int] = {}
-        resources: list[_Resource] = []
+    def _runs(
+        blocks: list[_Block], codes: pa.Array, count: int
+    ) -> list[tuple[int, int, _Resource]]:
+        """(first row, end row, resource) of each run of rows of one rank (rows are sorted).
+
+        Resources compare by value: blocks encoded in different calls share them alike."""
+        index: dict[_Resource, int] = {}
         for block in blocks:
-            if id(block.resource) not in index:
-                index[id(block.resource)] = len(resources)
-                resources.append(block.resource)
-        per_row = pa.array([index[id(b.resource)] for b in blocks], pa.int64()).take(codes)
+            index.setdefault(block.resource, len(index))
+        resources = list(index)
+        if len(resources) == 1:
+            return [(0, count, resources[0])]
+        per_row = pa.array([index[b.resource] for b in blocks], pa.int64()).take(codes)
         changes = pc.indices_nonzero(pc.not_equal(per_row[1:], per_row[:-1])).to_pylist()
         starts = [0, *(c + 1 for c in changes)]
-        ends = [*starts[1:], len(per_row)]
+        ends = [*starts[1:], count]
         return [
             (begin, stop, resources[per_row[begin].as_py()])
             for begin, stop in zip(starts, ends, strict=True)
@@ -674,62 +800,94 @@ class EncodedRequest(bytes):
     span_count: int = 0
 
 
-def _request(parts: list[bytes], spans: int) -> EncodedRequest:
+def _request(parts: list[bytes | memoryview], spans: int) -> EncodedRequest:
     request = EncodedRequest(b"".join(parts))
     request.span_count = spans
     return request
 
 
-def _requests(rows: _Rows, max_bytes: int) -> Iterator[bytes]:
-    """Hash the ids, assemble the spans and cut the requests as ``encode_requests`` does.
+class _CountedSize:
+    """What ``encode_requests`` counts for the spans before row i, for ``bisect``: their
+    bytes after the ids (``rests``) plus 44 each (the ids, and ``ByteSize() + 16``)."""
 
-    The only per-row Python loop of the module: two hashes, a few list items. A span's
-    pieces go straight into the request's list, joined once per request.
+    def __init__(self, rest_offsets: list[int]) -> None:
+        self._offsets = rest_offsets
+
+    def __getitem__(self, row: int) -> int:
+        return self._offsets[row] - self._offsets[0] + 44 * row
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+
+def _ids(rows: _Rows) -> bytes:
+    """Each span's ``trace_id + b"\\x12\\x08" + span_id``, packed (26 bytes a span).
+
+    The only per-row Python loop of the module: two hashes (``model.trace_id`` and
+    ``model.span_id``, inlined) and the list items.
     """
     # copying a hasher made once is cheaper than making one per span (keyword parsing)
     new_trace_hash, new_span_hash = blake2b(digest_size=16).copy, blake2b(digest_size=8).copy
-    zero_trace_id, zero_span_id = _ZERO_TRACE_ID, _ZERO_SPAN_ID
-    parts: list[bytes] = []  # the request's pieces, joined once at the end
+    pieces: list[bytes] = []
+    extend = pieces.extend
+    for key, id_input in zip(rows.keys, rows.id_inputs, strict=True):
+        hasher = new_trace_hash()
+        hasher.update(key)
+        trace_id = hasher.digest()
+        hasher = new_span_hash()
+        hasher.update(id_input)
+        extend((trace_id, b"\x12\x08", hasher.digest()))
+    ids = b"".join(pieces)
+    if _ZERO_SPAN_ID not in ids:  # so no id is zero either (a 2**-64 chance per span)
+        return ids
+    # the model's ids are never zero: its last byte becomes 1
+    fixed = bytearray(ids)
+    for at in range(0, len(fixed), 26):
+        if fixed[at : at + 16] == _ZERO_TRACE_ID:
+            fixed[at + 15] = 1
+        if fixed[at + 18 : at + 26] == _ZERO_SPAN_ID:
+            fixed[at + 25] = 1
+    return bytes(fixed)
+
+
+def _requests(rows: _Rows, max_bytes: int) -> Iterator[bytes]:
+    """Hash the ids, assemble the spans and cut the requests as ``encode_requests`` does.
+
+    The spans are joined in Arrow into one buffer, in order; a request is slices of it,
+    each behind its rank's ``ResourceSpans`` header, joined once.
+    """
+    count = rows.count
+    ids = pa.Array.from_buffers(
+        pa.binary(), count, [None, _strided(26, count), pa.py_buffer(_ids(rows))]
+    )
+    spans = pc.binary_join_element_wise(rows.fronts, ids, rows.rests, _bytes(b""))
+    data = memoryview(spans.buffers()[2])
+    ends = _offsets(spans)
+    counted = _CountedSize(_offsets(rows.rests))
+    parts: list[bytes | memoryview] = []  # the request's pieces, joined once at the end
     size = 0  # what encode_requests counts: resource headers, span sizes plus 16 each
-    count = 0  # spans in the current request
+    spans_in_request = 0
     for begin, stop, resource in rows.runs:
-        spans: list[bytes] = []  # this rank's span pieces in the current request
-        spans_size = 0
-        for key, id_input, front, rest in zip(
-            rows.keys[begin:stop],
-            rows.id_inputs[begin:stop],
-            rows.fronts[begin:stop],
-            rows.rests[begin:stop],
-            strict=True,
-        ):
-            # model.trace_id / model.span_id, inlined
-            hasher = new_trace_hash()
-            hasher.update(key)
-            trace_id = hasher.digest()
-            if trace_id == zero_trace_id:
-                trace_id = trace_id[:-1] + b"\x01"
-            hasher = new_span_hash()
-            hasher.update(id_input)
-            span_id = hasher.digest()
-            if span_id == zero_span_id:
-                span_id = span_id[:-1] + b"\x01"
-            # span.ByteSize() + 16: the span is 28 bytes of ids and their tags, then rest;
-            # checked before the span's resource is counted, as encode_requests does
-            span_size = len(rest) + 44
-            if size + span_size > max_bytes and (parts or spans):
-                if spans:
-                    parts += _resource_spans(resource, spans, spans_size)
-                    spans, spans_size = [], 0
-                yield _request(parts, count)
-                parts, size, count = [], 0, 0
-            if not spans:
-                size += resource.header_size
-            # the span as its ScopeSpans.spans field: front holds tag, length, trace_id's tag
-            spans += (front, trace_id, b"\x12\x08", span_id, rest)
-            count += 1
-            spans_size += len(front) + span_size - 18
-            size += span_size
-        if spans:
-            parts += _resource_spans(resource, spans, spans_size)
+        row = begin
+        while row < stop:
+            # a rank's first span in a request is checked before its header is counted
+            if parts and size + counted[row + 1] - counted[row] > max_bytes:
+                yield _request(parts, spans_in_request)
+                parts, size, spans_in_request = [], 0, 0
+            size += resource.header_size
+            # this span (whatever its size: it starts the request or its rank's part),
+            # then every following one of the rank that still fits
+            fit = bisect_right(counted, max_bytes - size + counted[row], row + 1, stop + 1) - 1
+            end = max(row + 1, fit)
+            size += counted[end] - counted[row]
+            spans_in_request += end - row
+            parts += (
+                _resource_spans_head(resource, ends[end] - ends[row]),
+                data[ends[row] : ends[end]],
+            )
+            row = end
+            if row < stop:  # the next span does not fit
+                yield _request(parts, spans_in_request)
+                parts, size, spans_in_request = [], 0, 0
     if parts:
-        yield _request(parts, count)
+        yield _request(parts, spans_in_request)

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +25,10 @@ from fr_otel.recorder.flush import span_resource
 from fr_otel.recorder.ring import COMPLETED, FAILED, SCHEDULED, RingContents, RingWriter
 
 logger = logging.getLogger(__name__)
+
+_RECORD, _STATE = itemgetter(0), itemgetter(9)
+"""A slot's record id and state (``RingWriter.slots``' tuples)."""
+_FINISHED = frozenset({COMPLETED, FAILED})
 
 CONTINUOUS_INCIDENT = ""
 """The ``incident`` of spans sent while no incident is known."""
@@ -107,10 +112,18 @@ class SpanStream(threading.Thread):
             self.cursor = oldest
             self.sent_ahead = {r for r in self.sent_ahead if r >= oldest}
         contents = writer.snapshot(self.cursor, end)
-        candidates = [s for s in contents.slots if s[0] not in self.sent_ahead]
-        done = {s[0] for s in candidates if s[9] in (COMPLETED, FAILED)}
+        # per slot, only C loops (map, set) in the usual pass: every slot new and finished
+        sent_ahead = self.sent_ahead
+        candidates = (
+            [s for s in contents.slots if s[0] not in sent_ahead] if sent_ahead else contents.slots
+        )
+        states = set(map(_STATE, candidates))
+        if states <= _FINISHED:
+            done = set(map(_RECORD, candidates))
+        else:
+            done = {s[0] for s in candidates if s[9] in _FINISHED}
         table = None
-        if any(s[9] == SCHEDULED for s in candidates):
+        if SCHEDULED in states:
             # queued on a GPU stream: torch's FR says which of them have run
             table = self._merged(dataclasses.replace(contents, slots=candidates))
             ran = pc.and_(
@@ -120,19 +133,26 @@ class SpanStream(threading.Thread):
                 ),
             )
             done.update(table.filter(ran)["record_id"].to_pylist())
-        pending = [s[0] for s in candidates if s[0] not in done]
+        pending = (
+            [s[0] for s in candidates if s[0] not in done] if len(done) < len(candidates) else []
+        )
         if done:
             if table is None:
-                finished = [s for s in candidates if s[0] in done]
+                finished = [s for s in candidates if s[0] in done] if pending else candidates
                 table = self._table(dataclasses.replace(contents, slots=finished))
             else:
                 table = table.filter(
                     pc.is_in(table["record_id"], value_set=pa.array(sorted(done), pa.int64()))
                 )
             self._send(table, deadline_s, span_resource(self._settings, contents))
-        self.sent_ahead.update(done)
         self.cursor = min(pending) if pending else end
-        self.sent_ahead = {r for r in self.sent_ahead if r >= self.cursor}
+        # what was sent at or after the cursor (none once nothing is pending: the cursor
+        # is then past every record of this pass)
+        cursor = self.cursor
+        ahead = {r for r in sent_ahead if r >= cursor}
+        if pending:
+            ahead.update(r for r in done if r >= cursor)
+        self.sent_ahead = ahead
 
     def _table(self, contents: RingContents) -> pa.Table:
         from fr_otel.recorder.table import ring_table
