@@ -205,6 +205,33 @@ def test_wrap_around_keeps_the_newest_records(tmp_path: Path) -> None:
     assert [slot[0] for slot in early.slots] == [6, 7, 8, 9]
 
 
+@pytest.mark.parametrize("window", [1, 3, 7, 13, 100])
+def test_started_finds_the_running_records_across_the_wrap(tmp_path: Path, window: int) -> None:
+    writer = _writer(tmp_path, capacity=7)
+    try:
+        group = writer.intern_group("g", GROUP)
+        sig = writer.intern_signature("s", ALL_REDUCE)
+        site = writer.intern_site("f", FRAMES)
+        assert writer.started(window) == []
+        states = [STARTED, COMPLETED, SCHEDULED, STARTED, FAILED, STARTED, STARTED, COMPLETED]
+        for seq in range(19):  # the ring wraps twice; records 12..18 remain
+            record = writer.begin(group, seq, 0, sig, site, -1, STARTED)
+            if states[seq % len(states)] != STARTED:
+                writer.finish(record, states[seq % len(states)])
+        expected = [
+            (slot[0], slot[1], slot[7])
+            for slot in writer.slots(writer.next_record - window)
+            if slot[9] == STARTED
+        ]
+        found = writer.started(window)
+    finally:
+        writer.close()
+    assert found == expected
+    assert [record for record, _, _ in found] == [
+        r for r in range(max(19 - window, 12), 19) if states[r % len(states)] == STARTED
+    ]
+
+
 def test_empty_ring_reads_as_no_slots(tmp_path: Path) -> None:
     writer = _writer(tmp_path, capacity=3)
     writer.close()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fr_otel.config import RecorderSettings
-from fr_otel.recorder.ring import STARTED, RingWriter, ring_base
+from fr_otel.recorder.ring import RingWriter, ring_base
 
 logger = logging.getLogger(__name__)
 
@@ -145,9 +145,8 @@ class Recorder:
         self.capture.poll_unfinished()
         timeouts = self.capture.timeouts_ns
         return [
-            (slot[0], slot[7], timeouts.get(slot[1], 0))
-            for slot in writer.slots(writer.next_record - RUNNING_WINDOW)
-            if slot[9] == STARTED
+            (record, created, timeouts.get(group, 0))
+            for record, group, created in writer.started(RUNNING_WINDOW)
         ]
 
     def _connect(self, c10d: Any) -> None:

@@ -46,9 +46,11 @@ SLOT = struct.Struct("<qiqqiiiqqb7x")
 SLOT_SIZE: Final = SLOT.size
 DONE = struct.Struct("<qb")
 DONE_OFFSET: Final = 48  # where (done, state) sit inside a slot
+STATE_OFFSET: Final = 56
 _RECORD_ID = struct.Struct("<q")
 
 EMPTY, SCHEDULED, STARTED, COMPLETED, FAILED = 0, 1, 2, 3, 4
+_STARTED_BYTE = bytes((STARTED,))
 STATE_NAMES: Final = {SCHEDULED: "scheduled", STARTED: "started", COMPLETED: "completed"}
 """How slot states map to FR's ``state``; a failed op is ``started`` (it never completed)."""
 
@@ -253,6 +255,27 @@ class RingWriter:
             slot = SLOT.unpack_from(self._map, HEADER_SIZE + (record % self.capacity) * SLOT_SIZE)
             if slot[0] == record and slot[9] != EMPTY:
                 found.append(slot)
+        return found
+
+    def started(self, window: int) -> list[tuple[int, int, int]]:
+        """(record, group, created ns) of the records still running (``STARTED``) among
+        the newest ``window``. The watch asks a few times a second: the states are read as
+        one strided slice of the mapping, and only the running slots are unpacked."""
+        end = self.next_record
+        record = max(end - window, 0)
+        found = []
+        while record < end:
+            position = record % self.capacity
+            count = min(end - record, self.capacity - position)  # up to the ring's end
+            offset = HEADER_SIZE + position * SLOT_SIZE
+            states = self._map[offset + STATE_OFFSET : offset + count * SLOT_SIZE : SLOT_SIZE]
+            index = states.find(_STARTED_BYTE)
+            while index >= 0:
+                slot = SLOT.unpack_from(self._map, offset + index * SLOT_SIZE)
+                if slot[0] == record + index and slot[9] == STARTED:
+                    found.append((slot[0], slot[1], slot[7]))
+                index = states.find(_STARTED_BYTE, index + 1)
+            record += count
         return found
 
     def snapshot(self, first_record: int = 0, end: int | None = None) -> RingContents:
