@@ -421,6 +421,7 @@ static int begin(FastHook *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     if (PyErr_Occurred() || (seq_value = PyLong_FromLongLong(seq)) == NULL) goto done;
 
     int64_t at = next_record(core);
+    if (at < 0) goto done; /* the header is in a shared file: never write outside the ring */
     char *slot = slot_at(core, at);
     put_i64(slot + 0, at);
     put_i32(slot + 8, (int32_t)index);
