@@ -183,7 +183,8 @@ def _fast_hook_type() -> Any:
         return None
     try:
         from fr_otel.recorder._fasthook import FastHook
-    except ImportError:  # no compiler at install, Python 3.10, another interpreter
+    except ImportError as exc:  # no compiler at install, Python 3.10, another interpreter
+        logger.info("fr_otel: the compiled wrapper is not available (%s): using Python's", exc)
         return None
     return FastHook
 
