@@ -144,3 +144,63 @@ def test_what_the_compiled_wrapper_wrote(runs: tuple[dict[str, Any], ...]) -> No
     assert slots[8 + 11][5] == slots[8][5] and slots[9 + 11][5] == slots[9][5]
     # what was written through the mapping is what the file holds after close
     assert [s[:8] for s in slots] == compiled["on_disk"]
+
+
+_QUEUED_JOB = """
+import json
+import torch, torch.distributed as dist, fr_otel
+from fr_otel.recorder.ring import SCHEDULED
+
+recorder = fr_otel.install(mode="incident")
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+x = torch.ones(4)
+
+def step():
+    dist.all_reduce(x)
+
+def declare_queued():
+    # NCCL cannot run here: mark the default group as a backend that queues its ops
+    # (what _group does for nccl), and let the caches forget what they knew of it
+    capture = recorder.capture
+    index, _ = capture._fast_groups[None]
+    capture._fast_groups[None] = (index, True)
+    capture._core.invalidate()
+    return dist.all_reduce.recorded
+
+for i in range(8):  # one loop: one call site throughout
+    if i == 3:
+        before = declare_queued()
+    step()
+slots = recorder._writer.slots()
+print(json.dumps({
+    "recorded": dist.all_reduce.recorded - before,
+    "states": [s[9] for s in slots],
+    "done": [s[8] for s in slots],
+    "scheduled": SCHEDULED,
+}))
+recorder.close()
+"""
+
+
+def test_a_queued_backend_leaves_its_ops_scheduled(tmp_path: Path) -> None:
+    # NCCL's calls return once queued: the wrapper records them "scheduled" and never
+    # marks them done (torch's FR says when they ran). No GPU here: the group's backend
+    # is declared queuing in the compiled wrapper's group table instead.
+    script = tmp_path / "train.py"
+    script.write_text(_QUEUED_JOB)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_"))}
+    environ.update(FR_OTEL_ARCHIVE=str(tmp_path / "archive"))
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["recorded"] == 5  # all in C: the group, signature and site were known
+    completed = 3
+    assert result["states"] == [completed] * 3 + [result["scheduled"]] * 5
+    assert result["done"][3:] == [0] * 5 and all(result["done"][:3])
