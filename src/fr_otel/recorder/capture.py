@@ -229,8 +229,6 @@ class Capture:
         self._fast_groups: dict[Any, tuple[int, bool]] = {}
         """The groups of ``_groups`` that run every op on one backend -> (index, does that
         backend queue ops), for the compiled wrapper."""
-        self.compiled = False
-        """Whether the collectives are wrapped by the compiled wrapper (``_fasthook``)."""
         self._core: Any = None
         """The compiled hooks' hold on the ring (``_fasthook.Core``), when they are used."""
         self._seq: list[int] = []
@@ -264,7 +262,6 @@ class Capture:
         from torch.distributed import distributed_c10d as c10d
 
         fast_hook = _fast_hook_type()
-        self.compiled = fast_hook is not None
         if fast_hook is not None:
             from fr_otel.recorder._fasthook import Core
 
@@ -302,6 +299,11 @@ class Capture:
             if getattr(module, "destroy_process_group", None) is destroy:
                 self._patched.append((module, "destroy_process_group", destroy))
                 module.destroy_process_group = destroy_process_group
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the collectives are wrapped by the compiled wrapper (``_fasthook``)."""
+        return self._core is not None
 
     def attach(self, writer: RingWriter) -> None:
         """Let the compiled hooks write into ``writer``'s ring (the recorder just opened it)."""

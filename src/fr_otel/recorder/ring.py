@@ -46,7 +46,7 @@ SLOT = struct.Struct("<qiqqiiiqqb7x")
 SLOT_SIZE: Final = SLOT.size
 DONE = struct.Struct("<qb")
 DONE_OFFSET: Final = 48  # where (done, state) sit inside a slot
-STATE_OFFSET: Final = 56
+STATE_OFFSET: Final = DONE_OFFSET + 8  # DONE's state byte
 _RECORD_ID = struct.Struct("<q")
 
 EMPTY, SCHEDULED, STARTED, COMPLETED, FAILED = 0, 1, 2, 3, 4
