@@ -75,12 +75,14 @@ print(json.dumps({
 """
 
 
-def _run(tmp_path: Path, name: str, **env: str) -> dict[str, Any]:
+def _run(tmp_path: Path, name: str, job: str = _JOB, **env: str) -> dict[str, Any]:
+    """Run ``job`` as ``tmp_path/train.py`` (archive ``tmp_path/name``); its last line."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_"))}
     environ.update(FR_OTEL_ARCHIVE=str(tmp_path / name), **env)
-    # one file for both runs: the call sites name it (and "<string>" is no user's frame)
+    # a file, the same for runs that compare call sites (which name it; "<string>" is no
+    # user's frame)
     script = tmp_path / "train.py"
-    script.write_text(_JOB)
+    script.write_text(job)
     done = subprocess.run(
         [sys.executable, str(script)],
         env=environ,
@@ -186,20 +188,7 @@ def test_a_queued_backend_leaves_its_ops_scheduled(tmp_path: Path) -> None:
     # NCCL's calls return once queued: the wrapper records them "scheduled" and never
     # marks them done (torch's FR says when they ran). No GPU here: the group's backend
     # is declared queuing in the compiled wrapper's group table instead.
-    script = tmp_path / "train.py"
-    script.write_text(_QUEUED_JOB)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_"))}
-    environ.update(FR_OTEL_ARCHIVE=str(tmp_path / "archive"))
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _run(tmp_path, "archive", _QUEUED_JOB)
     assert result["recorded"] == 5  # all in C: the group, signature and site were known
     completed = 3
     assert result["states"] == [completed] * 3 + [result["scheduled"]] * 5
