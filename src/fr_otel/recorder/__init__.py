@@ -46,7 +46,8 @@ def install(**overrides: Any) -> Any:
         recorder = Recorder(settings)
         recorder.capture.patch()
         _current = recorder
-        return recorder
+    recorder.group_created()  # installed after init_process_group: start now
+    return recorder
 
 
 def current() -> Any:

@@ -188,7 +188,7 @@ typedef struct {
     PyObject *owner;      /* [the writer whose indexes `signatures` holds] */
     PyObject *recent;     /* (id frame, lasti, id parent, lasti) -> (site, code, parent code) */
     PyObject *library;    /* id(code) -> is it torch's (or fr_otel's) own frame */
-    PyObject *seqs;       /* per group index: last collective seq */
+    PyObject *seqs;       /* per group index: () -> the group's collective seq so far */
     PyObject *p2p_seqs;
     PyObject *tensor_type;
     PyObject *settle_later;      /* (writer, record, work) for async ops */
@@ -416,9 +416,15 @@ static int begin(FastHook *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     int async_flag = 0;
     PyObject *async_op = argument(args, nargs, kwnames, self->async_at, str_async_op);
     if (async_op != NULL && (async_flag = PyObject_IsTrue(async_op)) < 0) goto done;
-    int64_t seq = PyLong_AsLongLong(PyList_GET_ITEM(self->seqs, index)) + 1;
+    /* torch's own ordinal (the one its Flight Recorder writes), asked before the call */
+    PyObject *counter = PyList_GET_ITEM(self->seqs, index);
+    Py_INCREF(counter);
+    seq_value = PyObject_CallNoArgs(counter);
+    Py_DECREF(counter);
+    if (seq_value == NULL) goto done;
+    int64_t seq = PyLong_AsLongLong(seq_value) + 1;
     int64_t p2p_seq = PyLong_AsLongLong(PyList_GET_ITEM(self->p2p_seqs, index));
-    if (PyErr_Occurred() || (seq_value = PyLong_FromLongLong(seq)) == NULL) goto done;
+    if (PyErr_Occurred()) goto done;
 
     int64_t at = next_record(core);
     if (at < 0) goto done; /* the header is in a shared file: never write outside the ring */
@@ -438,8 +444,6 @@ static int begin(FastHook *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     memset(slot + STATE_OFFSET + 1, 0, SLOT_SIZE - STATE_OFFSET - 1);
     /* only now: a reader that sees the new count finds the slot written */
     set_next_record(core, at + 1);
-    PyList_SetItem(self->seqs, index, seq_value); /* steals it */
-    seq_value = NULL;
     *record = at;
     *is_async = async_flag;
     self->recorded++;

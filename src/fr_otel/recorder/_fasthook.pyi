@@ -26,7 +26,7 @@ class FastHook:
         owner: list[Any],
         recent: dict[tuple[int, int, int, int], tuple[int, Any, Any]],
         library: dict[int, bool],
-        seqs: list[int],
+        seqs: list[Callable[[], int]],
         p2p_seqs: list[int],
         tensor_type: type,
         settle_later: Callable[[Any, int, Any], None],

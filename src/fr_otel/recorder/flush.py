@@ -143,14 +143,16 @@ def span_resource(settings: RecorderSettings, contents: RingContents) -> dict[st
 
 def torch_fr_dump() -> bytes | None:
     """This process's own Flight Recorder buffer (without stack traces: symbolising takes
-    seconds), from NCCL's recorder when there is one, else the generic one."""
+    seconds). Torch keeps two, NCCL's and the generic one (gloo), and a CUDA build answers
+    for both even where one is empty: the larger dump is the one that holds entries (a job
+    with groups of both backends keeps only NCCL's here; the recorder's rings hold both)."""
     try:
         from torch._C import _distributed_c10d as c10d_ext
     except ImportError:
         return None
-    dump: Any = getattr(c10d_ext, "_dump_nccl_trace", None)
-    generic: Any = getattr(c10d_ext, "_dump_fr_trace", None)
-    for function in (dump, generic):
+    found: list[bytes] = []
+    for name in ("_dump_nccl_trace", "_dump_fr_trace"):
+        function: Any = getattr(c10d_ext, name, None)
         if function is None:
             continue
         try:
@@ -158,5 +160,5 @@ def torch_fr_dump() -> bytes | None:
         except Exception:  # NCCL's recorder exists but has no process group
             continue
         if data:
-            return bytes(data)
-    return None
+            found.append(bytes(data))
+    return max(found, key=len) if found else None

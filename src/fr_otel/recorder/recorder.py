@@ -3,10 +3,13 @@
 Lifecycle:
 
 1. ``install()`` patches ``torch.distributed`` (before or after ``init_process_group``).
-2. The first recorded collective opens the ring (the rank is known by then), connects
+2. The first process group (or ``install()`` after one exists) opens the ring, connects
    the side channel and starts the background threads: the listener (incidents other
-   ranks declare), the watch (timeouts, torch's dump file, FIFO, signal) and, in
-   continuous mode, the span stream.
+   ranks declare), the watch (timeouts, torch's dump file, FIFO, signals, and the mirror
+   of torch's own Flight Recorder for the collectives the hooks do not see) and, in
+   continuous mode, the span streams. Uncaught exceptions in any thread declare an
+   incident too: errors out of C++ (``loss.backward()``, ``Work.wait()``) never pass
+   through a hook.
 3. An incident, noticed anywhere, is declared through the store; every rank flushes its
    ring once for it, plus the rings of ranks on its host that died without flushing.
    The rank whose collective raised waits (up to the deadline) for the whole job to
@@ -67,6 +70,9 @@ class Recorder:
         self._exporter: Any = None
         self._stream: Any = None
         self._watch: Any = None
+        self._mirror: Any = None
+        self._mirror_lock = threading.Lock()
+        self._mirror_stream: Any = None
         self.rank: int | None = None
         self.world: int | None = None
         self._stopping = threading.Event()
@@ -111,6 +117,7 @@ class Recorder:
             backend=backend,
         )
         self.capture.attach(self._writer)
+        self._mirror = _open_mirror(self._writer, settings)
         self._connect(c10d)
         if settings.otlp is not None:
             from fr_otel.otel.transport import exporter_for
@@ -123,7 +130,16 @@ class Recorder:
                 writer=lambda: self._writer, settings=settings, exporter=self._exporter
             )
             self._stream.start()
-        from fr_otel.recorder.triggers import Watch
+            if self._mirror is not None:
+                mirror = self._mirror
+                self._mirror_stream = SpanStream(
+                    writer=lambda: mirror.ring if self._mirror is not None else None,
+                    settings=settings,
+                    exporter=self._exporter,
+                    name="fr_otel-export-torch",
+                )
+                self._mirror_stream.start()
+        from fr_otel.recorder.triggers import Watch, end_by_signal
 
         self._watch = Watch(
             running=self._running,
@@ -131,11 +147,64 @@ class Recorder:
             fifo=base.with_suffix(".trigger"),
             signal_name=settings.trigger_signal,
             on_incident=self.declare,
+            tick=self._mirror_tick if self._mirror is not None else None,
+            on_terminate=end_by_signal,
         )
         self._watch.start()
+        _chain_exception_hooks(self)
         atexit.register(self.close)
         # pay for the flush path's imports now, not during an incident
         threading.Thread(target=_preload, name="fr_otel-preload", daemon=True).start()
+
+    def group_created(self) -> None:
+        """A process group was created (or ``install()`` found one): start recording."""
+        try:
+            from torch.distributed import distributed_c10d as c10d
+
+            if c10d.is_initialized():
+                self.writer()
+        except Exception as exc:  # never fail the user's group creation
+            self.stats.recorder_errors += 1
+            logger.warning("fr_otel: cannot start the recorder: %r", exc)
+
+    def _mirror_tick(self) -> str | None:
+        mirror = self._mirror
+        if mirror is None or not self._mirror_lock.acquire(blocking=False):
+            return None  # a flush is reading torch's FR: it mirrors everything itself
+        try:
+            return mirror.tick()  # type: ignore[no-any-return]
+        finally:
+            self._mirror_lock.release()
+
+    def _mirror_all(self) -> None:
+        """Bring the torch ring up to date (at a flush: what torch's FR holds now)."""
+        mirror = self._mirror
+        if mirror is None:
+            return
+        with self._mirror_lock:
+            try:
+                mirror.read()
+            except Exception as exc:  # the hooks' records still go out
+                self.stats.recorder_errors += 1
+                logger.warning("fr_otel: cannot read torch's Flight Recorder: %r", exc)
+
+    def snapshot(self) -> Any:
+        """Everything this rank recorded: the hooks' ring and the torch ring, as one
+        ``RingContents`` (torch ring records past ``TORCH_RECORD_OFFSET``)."""
+        writer = self._writer
+        if writer is None:
+            return None
+        contents = writer.snapshot()
+        mirror = self._mirror
+        if mirror is not None:
+            contents = contents.merged(mirror.ring.snapshot())
+        return contents
+
+    def uncaught(self, exc: BaseException) -> None:
+        """An exception nobody caught (any thread): the job is failing; flush it all."""
+        if self._writer is None or isinstance(exc, KeyboardInterrupt | SystemExit):
+            return
+        self._flush_job("uncaught_exception")
 
     def _running(self) -> list[tuple[int, int, int]]:
         """(record, created ns, timeout ns) of the newest ops still running."""
@@ -210,13 +279,18 @@ class Recorder:
 
     def collective_failed(self, record: int, exc: BaseException) -> None:
         """A collective raised on the training thread: flush the job before it goes on."""
+        self._flush_job("collective_error")
+
+    def _flush_job(self, reason: str) -> None:
+        """Declare an incident and wait for every rank's flush: this rank is about to end
+        (or its error to surface), and a launcher tears the others down once it has."""
         try:
-            incident = self.declare("collective_error")
+            incident = self.declare(reason)
             if incident is not None:
                 self.wait_for_job(incident)
         except Exception as error:  # never replace the user's exception
             self.stats.recorder_errors += 1
-            logger.warning("fr_otel flush after a failed collective: %r", error)
+            logger.warning("fr_otel flush after %s: %r", reason, error)
 
     def _handle(self, incident: str) -> None:
         with self._flush_lock:
@@ -241,9 +315,10 @@ class Recorder:
             return
         note_incident(self.settings, incident)
         self.capture.poll_unfinished()
-        already = self._stream.already_sent() if self._stream is not None else frozenset()
+        self._mirror_all()
+        already = self._already_sent()
         report = flush_ring(
-            writer.snapshot(),
+            self.snapshot(),
             settings=self.settings,
             incident=incident,
             exporter=self._exporter,
@@ -258,6 +333,16 @@ class Recorder:
             self.settings, incident, exporter=self._exporter, deadline=deadline, skip=writer.base
         ):
             self._record(adopted)
+
+    def _already_sent(self) -> frozenset[int]:
+        """Records continuous mode has sent, in ``snapshot()``'s record ids."""
+        already = self._stream.already_sent() if self._stream is not None else frozenset()
+        if self._mirror_stream is not None:
+            from fr_otel.recorder.ring import TORCH_RECORD_OFFSET
+
+            torch_sent = self._mirror_stream.already_sent()
+            already = already | frozenset(r + TORCH_RECORD_OFFSET for r in torch_sent)
+        return already
 
     def _record(self, report: Any) -> None:
         self.stats.flushes.append(report)
@@ -309,8 +394,13 @@ class Recorder:
     @property
     def streamed_spans(self) -> int:
         """Spans continuous mode has sent so far (0 in incident mode)."""
-        stream = self._stream
-        return int(stream.sent) if stream is not None else 0
+        return sum(int(s.sent) for s in (self._stream, self._mirror_stream) if s is not None)
+
+    @property
+    def mirror_stats(self) -> Any:
+        """The torch FR mirror's ``MirrorStats`` (None when it could not start)."""
+        mirror = self._mirror
+        return mirror.stats if mirror is not None else None
 
     # --- stop ----------------------------------------------------------------------------
 
@@ -326,25 +416,80 @@ class Recorder:
             self._listener.join(timeout=self.settings.flush_deadline_s)
         if self._flush_lock.acquire(timeout=self.settings.flush_deadline_s):
             self._flush_lock.release()
-        if self._stream is not None:
-            self._stream.stop()
+        if self._mirror_stream is not None:
+            self._mirror_all()  # what torch saw since the last read goes out too
+        for stream in (self._stream, self._mirror_stream):
+            if stream is None:
+                continue
+            stream.stop()
             # the process is exiting: one short try, then the spool
-            self._stream.export_once(deadline_s=1.0)
-            self.stats.spans_sent += self._stream.sent
-            self.stats.spans_spooled += self._stream.spooled
-            self.stats.spans_dropped += self._stream.dropped
-            if self._stream.dropped:
+            stream.export_once(deadline_s=1.0)
+            self.stats.spans_sent += stream.sent
+            self.stats.spans_spooled += stream.spooled
+            self.stats.spans_dropped += stream.dropped
+            if stream.dropped:
                 logger.warning(
                     "fr_otel: %d spans dropped (ring overwritten before export)",
-                    self._stream.dropped,
+                    stream.dropped,
                 )
-            self._stream = None
+        self._stream = self._mirror_stream = None
         self.stats.recorder_errors += self.capture.errors
         writer, self._writer, self._writer_failed = self._writer, None, True
         self.capture.detach()
         if writer is not None:
             # closing drops the ring's lock: the file stays for whoever reads it later
             writer.close()
+        mirror, self._mirror = self._mirror, None
+        if mirror is not None:
+            with self._mirror_lock:
+                mirror.close()
+
+
+def _open_mirror(writer: RingWriter, settings: RecorderSettings) -> Any:
+    """The mirror of torch's FR into the rank's torch ring, or None (said once) where it
+    cannot be opened: the hooks' records still go out."""
+    try:
+        from fr_otel.recorder.capture import describe_group, torch_groups
+        from fr_otel.recorder.frsource import FrMirror
+        from fr_otel.recorder.ring import torch_ring_base
+
+        return FrMirror(
+            main=writer,
+            base=torch_ring_base(writer.base),
+            groups=torch_groups,
+            describe=describe_group,
+            timeout_s=settings.timeout_s,
+        )
+    except Exception as exc:
+        logger.warning(
+            "fr_otel: collectives issued from C++ (DDP, functional collectives) will not be "
+            "recorded: cannot open the torch ring beside %s: %r",
+            writer.base,
+            exc,
+        )
+        return None
+
+
+def _chain_exception_hooks(recorder: Recorder) -> None:
+    """Uncaught exceptions in any thread declare an incident before the usual report."""
+    import sys
+
+    previous = sys.excepthook
+
+    def excepthook(kind: Any, value: BaseException, traceback: Any) -> None:
+        recorder.uncaught(value)
+        previous(kind, value, traceback)
+
+    sys.excepthook = excepthook
+    previous_thread = threading.excepthook
+
+    def thread_excepthook(args: Any) -> None:
+        thread = args.thread
+        if args.exc_value is not None and not (thread and thread.name.startswith("fr_otel")):
+            recorder.uncaught(args.exc_value)
+        previous_thread(args)
+
+    threading.excepthook = thread_excepthook
 
 
 def _torch_dump_file(rank: int) -> Path | None:

@@ -63,6 +63,23 @@ def ring_base(ring_dir: Path, job: str, rank: int) -> Path:
     return ring_dir / f"job={job}" / f"rank-{rank:06d}"
 
 
+TORCH_RING_DIR: Final = "_torch"
+
+
+def torch_ring_base(base: Path) -> Path:
+    """Where the ring of ``base``'s rank holds the ops only torch's Flight Recorder saw
+    (``frsource.FrMirror``): ``<ring_dir>/job=<job>/_torch/rank-NNNNNN``. Readers of
+    ``base`` read it too; ``ring_bases`` does not list it on its own."""
+    return base.parent / TORCH_RING_DIR / base.name
+
+
+TORCH_RECORD_OFFSET: Final = 1 << 40
+"""Record ids of the torch ring's records, once merged with the rank's own: one id space
+per rank (the archive and the Collector's de-duplication key on it)."""
+TORCH_INDEX_OFFSET: Final = 1 << 20
+"""The same for the groups and signatures the torch ring interns."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GroupInfo:
     name: str
@@ -97,6 +114,9 @@ class RingWriter:
         self.capacity = capacity
         self.rank = rank
         size = HEADER_SIZE + capacity * SLOT_SIZE
+        self.world = world
+        self.job = job
+        self.backend = backend
         self._fd = os.open(base.with_suffix(RING_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             # a rank that restarts with the same number takes its file over
@@ -195,6 +215,10 @@ class RingWriter:
         }
         return self._intern(self.signatures, self._contents.signatures, key, signature, line)
 
+    def group_names(self) -> dict[int, str]:
+        """Group index -> the group's name, for every group interned so far."""
+        return {index: info.name for index, info in list(self._contents.groups.items())}
+
     def intern_site(self, key: Any, frames: list[tuple[str, str, int]]) -> int:
         line = {"t": "site", "frames": frames}
         return self._intern(self.sites, self._contents.sites, key, frames, line)
@@ -208,6 +232,7 @@ class RingWriter:
         site: int,
         peer: int,
         state: int,
+        created_ns: int | None = None,
     ) -> int:
         """Write a new slot; return its record id (``finish`` takes it)."""
         record = self.next_record
@@ -221,7 +246,7 @@ class RingWriter:
             signature,
             site,
             peer,
-            time.time_ns(),
+            time.time_ns() if created_ns is None else created_ns,
             0,
             state,
         )
@@ -229,12 +254,13 @@ class RingWriter:
         self.next_record = record + 1
         return record
 
-    def finish(self, record: int, state: int) -> None:
+    def finish(self, record: int, state: int, done_ns: int | None = None) -> None:
         """Mark a record completed or failed, unless the ring has already reused its slot."""
         offset = HEADER_SIZE + (record % self.capacity) * SLOT_SIZE
+        done = time.time_ns() if done_ns is None else done_ns
         try:
             if _RECORD_ID.unpack_from(self._map, offset)[0] == record:
-                DONE.pack_into(self._map, offset + DONE_OFFSET, time.time_ns(), state)
+                DONE.pack_into(self._map, offset + DONE_OFFSET, done, state)
         except ValueError:  # closed at exit while a callback was still running
             pass
 
@@ -341,6 +367,34 @@ class RingContents:
     slots: list[tuple[int, ...]] = field(default_factory=list)
     """Decoded slots in record order (record id first, as in the file)."""
 
+    def merged(self, torch_ring: RingContents) -> RingContents:
+        """These contents and those of the rank's torch ring (``torch_ring_base``), as
+        one: the torch ring's record ids, groups and signatures moved past this ring's."""
+        records, indexes = TORCH_RECORD_OFFSET, TORCH_INDEX_OFFSET
+        moved = [
+            (s[0] + records, s[1] + indexes, *s[2:4], s[4] + indexes, *s[5:])
+            for s in torch_ring.slots
+        ]
+        return RingContents(
+            base=self.base,
+            rank=self.rank,
+            created_ns=self.created_ns,
+            world=self.world,
+            job=self.job,
+            pid=self.pid,
+            host=self.host,
+            backend=self.backend,
+            groups={**self.groups, **{i + indexes: g for i, g in torch_ring.groups.items()}},
+            signatures={
+                **self.signatures,
+                **{i + indexes: s for i, s in torch_ring.signatures.items()},
+            },
+            sites=self.sites,
+            errors={**self.errors, **{r + records: e for r, e in torch_ring.errors.items()}},
+            flushed=self.flushed | torch_ring.flushed,
+            slots=self.slots + moved,
+        )
+
 
 class RingFormatError(ValueError):
     """A ring or meta file that is not ours or is cut short."""
@@ -412,6 +466,9 @@ def read_ring(base: Path, rank: int | None = None) -> RingContents:
     ]
     slots.sort()
     contents.slots = slots
+    companion = torch_ring_base(base)
+    if companion.with_suffix(RING_SUFFIX).exists() and base.parent.name != TORCH_RING_DIR:
+        contents = contents.merged(read_ring(companion, rank))
     return contents
 
 

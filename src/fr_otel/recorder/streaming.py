@@ -49,8 +49,9 @@ class SpanStream(threading.Thread):
         writer: Callable[[], RingWriter | None],
         settings: RecorderSettings,
         exporter: RequestExporter,
+        name: str = "fr_otel-export",
     ) -> None:
-        super().__init__(name="fr_otel-export", daemon=True)
+        super().__init__(name=name, daemon=True)
         self._writer = writer
         self._settings = settings
         self._exporter = exporter

@@ -7,7 +7,11 @@
 * an operator's signal (``SIGUSR2``): Python runs signal handlers only on the main thread,
   between bytecodes, which never comes while that thread waits inside a collective; the
   C-level handler does write the signal number to ``signal.set_wakeup_fd``'s pipe at once,
-  and this thread reads it.
+  and this thread reads it;
+* the launcher's ``SIGTERM`` (torchrun sends it to every rank once one has failed): the
+  rank flushes, then ends by the same signal, so the launcher sees what it sent;
+* ``tick``, when given: the mirror of torch's Flight Recorder, which finds ops running
+  past their timeout among the collectives the hooks never saw.
 
 All of them call ``on_incident(reason)``; none touches the training thread.
 """
@@ -31,20 +35,27 @@ POLL_S = 0.25
 
 
 class _Signal:
-    """A trigger signal routed to a pipe, if the process leaves it free."""
+    """Signals routed to a pipe, those the process leaves free."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str | None, terminate: bool = False) -> None:
         self.number: int | None = None
+        self.terminate: int | None = None
         self.read_fd: int | None = None
         self._write_fd: int | None = None
-        number = getattr(signal, name.upper(), None)
-        if not isinstance(number, int):
-            logger.warning("fr_otel: unknown trigger signal %r; none installed", name)
-            return
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
-        if signal.getsignal(number) not in (signal.SIG_DFL, None):
-            logger.info("fr_otel: %s already has a handler; not using it as a trigger", name)
+        wanted: list[int] = []
+        if name:
+            number = getattr(signal, name.upper(), None)
+            if not isinstance(number, int):
+                logger.warning("fr_otel: unknown trigger signal %r; none installed", name)
+            elif signal.getsignal(number) not in (signal.SIG_DFL, None):
+                logger.info("fr_otel: %s already has a handler; not using it as a trigger", name)
+            else:
+                wanted.append(int(number))
+        if terminate and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            wanted.append(int(signal.SIGTERM))
+        if not wanted:
             return
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
@@ -60,17 +71,49 @@ class _Signal:
             os.close(read_fd)
             os.close(write_fd)
             return
-        signal.signal(number, lambda *_: None)  # the byte in the pipe is the signal
-        self.number, self.read_fd, self._write_fd = int(number), read_fd, write_fd
+        for number in wanted:
+            signal.signal(number, lambda *_: None)  # the byte in the pipe is the signal
+        if name and wanted[0] != signal.SIGTERM:
+            self.number = wanted[0]
+        if int(signal.SIGTERM) in wanted:
+            self.terminate = int(signal.SIGTERM)
+        self.read_fd, self._write_fd = read_fd, write_fd
+        self._installed = wanted
 
-    def fired(self) -> bool:
+    def restore(self) -> None:
+        """Give the signals back their default action (from the main thread only)."""
+        if not getattr(self, "_installed", None):
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return
+        with contextlib.suppress(ValueError, OSError):
+            for number in self._installed:
+                signal.signal(number, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+        self._installed = []
+
+    def fired(self) -> set[int]:
+        """The routed signals that arrived since the last call."""
         if self.read_fd is None:
-            return False
+            return set()
         try:
             data = os.read(self.read_fd, 512)
         except BlockingIOError:
-            return False
-        return self.number is not None and self.number in data
+            return set()
+        return {n for n in (self.number, self.terminate) if n is not None and n in data}
+
+
+def end_by_signal(number: int) -> None:
+    """End the process by ``number`` with its default action, from any thread (Python lets
+    only the main thread change a handler; the C library does not mind)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).signal(number, 0)  # SIG_DFL
+        os.kill(os.getpid(), number)
+        time.sleep(1.0)  # delivery is asynchronous
+    finally:
+        os._exit(128 + number)
 
 
 class _Fifo:
@@ -118,20 +161,27 @@ class Watch(threading.Thread):
         fifo: Path | None,
         signal_name: str | None,
         on_incident: Callable[[str], Any],
+        tick: Callable[[], str | None] | None = None,
+        on_terminate: Callable[[int], Any] | None = None,
     ) -> None:
         super().__init__(name="fr_otel-watch", daemon=True)
+        self._tick = tick
+        self._on_terminate = on_terminate
         self._running = running
         self._dump_file = dump_file
         self._dump_seen = _mtime(dump_file)
         self._dump_changing: int | None = None
         self._fifo = _Fifo(fifo) if fifo is not None else None
-        self._signal = _Signal(signal_name) if signal_name else None
+        self._signal = _Signal(signal_name, terminate=on_terminate is not None)
+        self.terminated: int | None = None
         self._on_incident = on_incident
         self._halt = threading.Event()
         self.timeouts_seen: set[int] = set()
 
     def stop(self) -> None:
         self._halt.set()
+        if self._signal is not None:
+            self._signal.restore()
 
     def run(self) -> None:
         waits = [
@@ -151,6 +201,8 @@ class Watch(threading.Thread):
                 reason = self._check()
                 if reason is not None:
                     self._on_incident(reason)
+                if self.terminated is not None and self._on_terminate is not None:
+                    self._on_terminate(self.terminated)
             except Exception as exc:  # the watch must outlive its own bugs
                 logger.warning("fr_otel watch: %r", exc)
                 self._halt.wait(POLL_S)
@@ -158,7 +210,11 @@ class Watch(threading.Thread):
             self._fifo.close()
 
     def _check(self) -> str | None:
-        if self._signal is not None and self._signal.fired():
+        fired = self._signal.fired() if self._signal is not None else set()
+        if self._signal is not None and self._signal.terminate in fired:
+            self.terminated = self._signal.terminate
+            return "terminated"
+        if self._signal is not None and self._signal.number in fired:
             return "signal"
         if self._fifo is not None and self._fifo.fired():
             return "operator"
@@ -176,6 +232,8 @@ class Watch(threading.Thread):
                     self._dump_seen = mtime
                     return "torch_dump"
                 self._dump_changing = mtime
+        if self._tick is not None:
+            return self._tick()
         return None
 
 

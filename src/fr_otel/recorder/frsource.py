@@ -1,0 +1,382 @@
+"""Torch's own Flight Recorder as the list of what this rank issued.
+
+The hooks (``capture.py``) see the collectives that pass through ``torch.distributed``'s
+Python functions. Torch's FR records in the C++ process group, so it also holds what
+reaches the group another way: DDP's gradient-bucket all-reduces from the C++ reducer,
+functional collectives (DTensor, tensor parallel, compiled code), ``ProcessGroup`` methods
+called on the group object. The hooks number their records with torch's own ordinal
+(``_get_sequence_number_for_group``), so an FR entry and a hook record of the same op share
+(group name, sequence number).
+
+``FrMirror`` copies the FR entries the hooks did not record into a second ring beside the
+rank's own (``<ring dir>/job=J/_torch/rank-NNNNNN``, same slot format, written only by the
+watch thread), so everything downstream (the flush, continuous mode's spans, a peer or
+``fr-otel run`` flushing the ring of a rank that died) reads one rank's whole record from
+its ring files.
+
+Reading FR costs the training thread: torch's dump functions hold the GIL while they
+serialise the buffer (measured on 2 cores: 31-37 ms for a JSON dump of 2,000 entries,
+during which no other Python thread runs). So the mirror reads it only when torch's
+counters say it holds ops the ring lacks, and then at most once per ``COST_FACTOR`` times
+the last read's cost: the stall stays near 1% of wall time, whatever the buffer's size.
+Asking a group's counter costs 0.2-0.3 µs and holds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fr_otel.recorder.ring import (
+    COMPLETED,
+    SCHEDULED,
+    STARTED,
+    GroupInfo,
+    RingWriter,
+    Signature,
+)
+
+logger = logging.getLogger(__name__)
+
+COST_FACTOR = 100
+"""A read of torch's FR is followed by at least this many times its cost without one."""
+MIN_INTERVAL_S = 1.0
+"""The shortest time between two reads (the watch thread ticks faster)."""
+MAX_INTERVAL_S = 30.0
+"""The longest time ops the ring lacks wait for a read (shorter for short group timeouts:
+``DETECT_SHARE`` of the detection timeout)."""
+DETECT_SHARE = 3
+DETECTION_SHARE = 0.75
+"""By default an op is overdue at this share of its group's timeout: the rank declares and
+flushes before torch's own timeout ends the op (and, with NCCL, the process)."""
+
+
+def detection_timeout_ns(group_timeout_ns: int, setting_s: float | None) -> int:
+    """When an op counts as overdue: ``FR_OTEL_TIMEOUT`` if set, else a share of the
+    group's own timeout (0 when neither is known: never)."""
+    if setting_s is not None:
+        return int(setting_s * 1e9)
+    return int(group_timeout_ns * DETECTION_SHARE)
+
+
+FR_SOURCES = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
+"""Torch keeps one Flight Recorder per event type: the generic one (gloo and other CPU
+backends) and NCCL's. A job with groups of both has entries in both, each numbered on its
+own (``record_id``)."""
+
+
+def torch_fr_entries() -> dict[str, list[dict[str, Any]]] | None:
+    """This process's FR entries (JSON dumps, no stack traces) by recorder, or None when
+    torch has none."""
+    try:
+        from torch._C import _distributed_c10d as c10d_ext
+    except ImportError:
+        return None
+    found: dict[str, list[dict[str, Any]]] = {}
+    for name in FR_SOURCES:
+        function: Any = getattr(c10d_ext, name, None)
+        if function is None:
+            continue
+        try:
+            raw = function(includeCollectives=True, onlyActive=False)
+        except Exception:  # NCCL's recorder exists but this process has no NCCL group
+            continue
+        entries = json.loads(raw).get("entries", []) if raw else []
+        if isinstance(entries, list):
+            found[name] = entries
+    return found if found else None
+
+
+def _group_name(entry: dict[str, Any]) -> str:
+    group = entry.get("process_group")
+    return str(group[0]) if isinstance(group, list | tuple) and group else str(group)
+
+
+def _fr_state(entry: dict[str, Any]) -> int:
+    """A slot state for an FR entry: NCCL's own, gloo's ``retired`` (its only completion
+    signal: gloo never discovers start or completion)."""
+    state = entry.get("state")
+    if state == "completed" or (entry.get("retired") and state == "scheduled"):
+        return COMPLETED
+    if state == "started":
+        return STARTED
+    return STARTED if _is_gloo(entry) else SCHEDULED
+
+
+def _is_gloo(entry: dict[str, Any]) -> bool:
+    return str(entry.get("profiling_name", "")).startswith("gloo:")
+
+
+@dataclass(kw_only=True)
+class MirrorStats:
+    reads: int = 0
+    mirrored: int = 0
+    """FR entries written to the torch ring (the hooks had not recorded them)."""
+    missed: int = 0
+    """FR entries torch overwrote before a read (its buffer is smaller than the gap)."""
+    last_cost_s: float = 0.0
+    """Wall time of the last read (the GIL is held for most of it)."""
+    total_cost_s: float = 0.0
+
+
+@dataclass
+class _Pending:
+    record: int
+    created_ns: int
+    timeout_ns: int
+
+
+class FrMirror:
+    """Keeps the torch ring up to date with torch's FR. Called from the watch thread."""
+
+    def __init__(
+        self,
+        *,
+        main: RingWriter,
+        base: Path,
+        groups: Callable[[], dict[str, Any]],
+        describe: Callable[[Any], tuple[GroupInfo, int]],
+        timeout_s: float | None,
+        read: Callable[[], dict[str, list[dict[str, Any]]] | None] = torch_fr_entries,
+    ) -> None:
+        self.main = main
+        self.ring = RingWriter(
+            base,
+            capacity=main.capacity,
+            rank=main.rank,
+            world=main.world,
+            job=main.job,
+            backend=main.backend,
+        )
+        self._groups = groups
+        """Group name -> process group object (torch's registry)."""
+        self._describe = describe
+        """Process group -> (its GroupInfo, its own timeout in ns)."""
+        self._timeout_s = timeout_s
+        self._read = read
+        self.stats = MirrorStats()
+        self._cursor = 0
+        """Main-ring records before it are in ``_hooked``."""
+        self._hooked: dict[str, set[tuple[bool, int]]] = {}
+        """Group name -> (is p2p, seq) the hooks recorded, newest first kept."""
+        self._covered: dict[str, int] = {}
+        """Group name -> the highest collective seq the two rings hold."""
+        self._last_fr_record: dict[str, int] = {}
+        """Per FR source, the newest record id read."""
+        self._pending: dict[tuple[str, int], _Pending] = {}
+        """(FR source, record id) -> the torch ring's record of an op still running at the
+        last read."""
+        self._next_read = 0.0
+        self._overdue_seen: set[tuple[str, int]] = set()
+        self._group_index: dict[str, int] = {}
+        self._group_timeout: dict[str, int] = {}
+        self._signatures: dict[Any, int] = {}
+        self.shortest_timeout_ns = 0
+
+    # --- when ------------------------------------------------------------------------------
+
+    def tick(self) -> str | None:
+        """One look (the watch's poll): read FR when it holds ops the rings lack, or to
+        confirm an op that looks overdue. Returns ``"timeout"`` for an overdue op."""
+        now = time.monotonic()
+        overdue = self._looks_overdue()
+        if now < self._next_read and not overdue:
+            return None
+        if not overdue and not self._behind():
+            return None
+        return self.read()
+
+    def _behind(self) -> bool:
+        """Does torch count ops in some group beyond what the rings hold?"""
+        counters = self._counters()
+        if all(seq <= self._covered.get(name, 0) for name, seq in counters.items()):
+            return False
+        self._scan_main()
+        return any(seq > self._covered.get(name, 0) for name, seq in counters.items())
+
+    def _counters(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for name, pg in self._groups().items():
+            try:
+                found[name] = int(pg._get_sequence_number_for_group())
+            except Exception:  # a backend without one: only a read tells
+                found[name] = self._covered.get(name, 0) + 1
+        return found
+
+    def _looks_overdue(self) -> bool:
+        now = time.time_ns()
+        return any(
+            p.timeout_ns and now - p.created_ns > p.timeout_ns and fr not in self._overdue_seen
+            for fr, p in self._pending.items()
+        )
+
+    def _interval(self) -> float:
+        ceiling = MAX_INTERVAL_S
+        if self.shortest_timeout_ns:
+            ceiling = min(ceiling, self.shortest_timeout_ns / 1e9 / DETECT_SHARE)
+        return min(max(MIN_INTERVAL_S, COST_FACTOR * self.stats.last_cost_s), ceiling)
+
+    # --- what ------------------------------------------------------------------------------
+
+    def _scan_main(self) -> None:
+        """Note what the hooks recorded since the last look (their slots precede torch's
+        entries of the same ops: a hook writes its slot before it calls torch)."""
+        end = self.main.next_record
+        if end == self._cursor:
+            return
+        names = self.main.group_names()
+        for slot in self.main.slots(self._cursor, end):
+            name = names.get(slot[1])
+            if name is None:
+                continue
+            seqs = self._hooked.setdefault(name, set())
+            is_p2p = slot[6] >= 0
+            seqs.add((is_p2p, slot[3] if is_p2p else slot[2]))
+            if not is_p2p and slot[2] > self._covered.get(name, 0):
+                self._covered[name] = slot[2]
+        self._cursor = end
+
+    def read(self) -> str | None:
+        """Read torch's FR once and mirror what the rings lack. Returns ``"timeout"`` when
+        an op is still running past its detection timeout."""
+        started = time.perf_counter()
+        try:
+            sources = self._read()
+        finally:
+            cost = time.perf_counter() - started
+            self.stats.reads += 1
+            self.stats.last_cost_s = cost
+            self.stats.total_cost_s += cost
+            self._next_read = time.monotonic() + self._interval()
+        if sources is None:
+            return None
+        self._scan_main()  # after the read: every hooked op of the dump is in the ring now
+        for source, entries in sources.items():
+            self._take(source, entries)
+        self._prune()
+        now = time.time_ns()
+        for key, pending in self._pending.items():
+            if (
+                pending.timeout_ns
+                and now - pending.created_ns > pending.timeout_ns
+                and key not in self._overdue_seen
+            ):
+                self._overdue_seen.add(key)
+                return "timeout"
+        return None
+
+    def _take(self, source: str, entries: list[dict[str, Any]]) -> None:
+        last = self._last_fr_record.get(source, -1)
+        if entries and last >= 0:
+            first = min(int(e.get("record_id", 0)) for e in entries)
+            if first > last + 1:
+                self.stats.missed += first - last - 1
+        newest = last
+        for entry in entries:
+            fr_record = int(entry.get("record_id", -1))
+            pending = self._pending.get((source, fr_record))
+            if pending is not None:
+                if _fr_state(entry) == COMPLETED:
+                    completed = int(entry.get("time_discovered_completed_ns") or 0)
+                    self.ring.finish(pending.record, COMPLETED, completed or None)
+                    del self._pending[(source, fr_record)]
+                continue
+            if fr_record <= last:
+                continue
+            newest = max(newest, fr_record)
+            self._mirror(entry, (source, fr_record))
+        self._last_fr_record[source] = newest
+
+    def _mirror(self, entry: dict[str, Any], key: tuple[str, int]) -> None:
+        name = _group_name(entry)
+        is_p2p = bool(entry.get("is_p2p"))
+        seq = int(entry.get("collective_seq_id") or 0)
+        p2p_seq = int(entry.get("p2p_seq_id") or 0)
+        if not is_p2p and seq > self._covered.get(name, 0):
+            self._covered[name] = seq
+        if (is_p2p, p2p_seq if is_p2p else seq) in self._hooked.get(name, ()):
+            return
+        group = self._group(name, entry)
+        if group is None:
+            return
+        signature = self._signature(entry)
+        state = _fr_state(entry)
+        created = int(entry.get("time_created_ns") or 0) or time.time_ns()
+        record = self.ring.begin(group, seq, p2p_seq, signature, -1, -1, state, created)
+        if state == COMPLETED:
+            completed = int(entry.get("time_discovered_completed_ns") or 0)
+            # gloo never says when an op ended: a span of no length, not an invented one
+            self.ring.finish(record, COMPLETED, completed or created)
+        else:
+            timeout = detection_timeout_ns(
+                int(entry.get("timeout_ms") or 0) * 1_000_000 or self._group_timeout.get(name, 0),
+                self._timeout_s,
+            )
+            self._pending[key] = _Pending(record, created, timeout)
+        self.stats.mirrored += 1
+
+    def _group(self, name: str, entry: dict[str, Any]) -> int | None:
+        index = self._group_index.get(name)
+        if index is not None:
+            return index
+        pg = self._groups().get(name)
+        if pg is not None:
+            info, timeout_ns = self._describe(pg)
+        else:  # destroyed since: what the entry says
+            group = entry.get("process_group")
+            desc = str(group[1]) if isinstance(group, list | tuple) and len(group) > 1 else None
+            timeout_ns = int(entry.get("timeout_ms") or 0) * 1_000_000
+            info = GroupInfo(
+                name=name, desc=desc, ranks=None, backend=None, timeout_ms=timeout_ns // 10**6
+            )
+        index = self.ring.intern_group((info.name, info.ranks), info)
+        self._group_index[name] = index
+        self._group_timeout[name] = timeout_ns
+        detect = detection_timeout_ns(timeout_ns, self._timeout_s)
+        if detect and (not self.shortest_timeout_ns or detect < self.shortest_timeout_ns):
+            self.shortest_timeout_ns = detect
+        return index
+
+    def _signature(self, entry: dict[str, Any]) -> int:
+        from fr_otel.dumps.parse import split_profiling_name
+
+        backend, op, _ = split_profiling_name(str(entry.get("profiling_name", "")))
+        key = (
+            op,
+            backend,
+            json.dumps(entry.get("input_sizes")),
+            json.dumps(entry.get("output_sizes")),
+            tuple(entry.get("input_dtypes") or ()),
+            tuple(entry.get("output_dtypes") or ()),
+            bool(entry.get("is_p2p")),
+        )
+        index = self._signatures.get(key)
+        if index is None:
+            signature = Signature(
+                op=op,
+                input_sizes=list(entry.get("input_sizes") or []),
+                output_sizes=list(entry.get("output_sizes") or []),
+                input_dtypes=list(entry.get("input_dtypes") or []),
+                output_dtypes=list(entry.get("output_dtypes") or []),
+                is_p2p=bool(entry.get("is_p2p")),
+                backend=backend,
+            )
+            index = self._signatures[key] = self.ring.intern_signature(key, signature)
+        return index
+
+    def _prune(self) -> None:
+        """Forget hooked seqs far behind every group's newest (torch's buffer no longer
+        holds them, so no read can bring them back)."""
+        keep = 4 * self.main.capacity
+        for name, seqs in self._hooked.items():
+            if len(seqs) > keep:
+                newest = self._covered.get(name, 0)
+                self._hooked[name] = {s for s in seqs if s[1] > newest - keep}
+
+    def close(self) -> None:
+        self.ring.close()
