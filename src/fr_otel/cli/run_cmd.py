@@ -61,8 +61,11 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
     from fr_otel.archive.layout import partition_dir
 
     for incident in result.incidents:
+        if incident in result.empty:
+            click.echo(f"fr-otel: incident {incident} is empty: {result.empty[incident]}", err=True)
+            continue
         if not partition_dir(settings.archive, settings.job, incident).is_dir():
-            continue  # declared, but no rank had recorded anything
+            continue
         click.echo(
             f"fr-otel: incident {incident} archived in {settings.archive};"
             f" diagnose it with: fr-otel analyze {settings.archive}"

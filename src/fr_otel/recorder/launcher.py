@@ -46,6 +46,9 @@ class RunResult:
     settings: config.RecorderSettings
     incidents: list[str] = field(default_factory=list)
     late_flushes: list[FlushReport] = field(default_factory=list)
+    empty: dict[str, str] = field(default_factory=dict)
+    """Incident -> why the archive holds no rank of it (an empty incident is said, never
+    skipped in silence)."""
 
 
 def run(command: Sequence[str], overrides: Mapping[str, str]) -> RunResult:
@@ -96,4 +99,35 @@ def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) 
         )
     if exporter is not None:
         exporter.shutdown()
+    from fr_otel.archive.layout import partition_dir
+
+    for incident in result.incidents:
+        if not partition_dir(settings.archive, settings.job, incident).is_dir():
+            result.empty[incident] = _why_empty(settings, started_ns)
     return result
+
+
+def _why_empty(settings: config.RecorderSettings, started_ns: int) -> str:
+    from fr_otel.recorder.ring import read_ring, ring_bases
+
+    rings = held = 0
+    for base in ring_bases(settings.rings, settings.job):
+        try:
+            contents = read_ring(base)
+        except (OSError, ValueError):
+            continue
+        if contents.created_ns < started_ns:
+            continue  # another run's
+        rings += 1
+        held += bool(contents.slots)
+    if not rings:
+        return (
+            f"no rank of this run opened a ring under {settings.rings / f'job={settings.job}'}"
+            " (no process group was created, or the recorder was disabled)"
+        )
+    if not held:
+        return f"the {rings} rings of this run hold no collective: no rank issued one"
+    return (
+        f"{held} of this run's {rings} rings hold collectives, but none was archived in"
+        f" {settings.archive}: see the recorder's warnings above"
+    )
