@@ -484,7 +484,8 @@ FR_OTEL_FLUSH_DEADLINE = "FR_OTEL_FLUSH_DEADLINE"
 
 FR_OTEL_TIMEOUT = "FR_OTEL_TIMEOUT"
 """Seconds a collective may stay pending before the recorder calls it an incident. Default:
-the process group's own timeout. Set it below torch's to flush before torch aborts."""
+three quarters of the process group's own timeout, so that the rank flushes before torch's
+timeout aborts the op."""
 
 FR_OTEL_STACK_DEPTH = "FR_OTEL_STACK_DEPTH"
 """Python frames kept per collective's call site (user frames, innermost first). Default: 8."""
@@ -541,7 +542,7 @@ class RecorderSettings:
     buffer_size: int = DEFAULT_BUFFER_SIZE
     flush_deadline_s: float = DEFAULT_FLUSH_DEADLINE_S
     timeout_s: float | None = None
-    """None: each process group's own timeout."""
+    """None: three quarters of each process group's own timeout."""
     stack_depth: int = DEFAULT_STACK_DEPTH
     export_interval_s: float = DEFAULT_EXPORT_INTERVAL_S
     archive: Path = DEFAULT_ARCHIVE
@@ -694,12 +695,15 @@ def torch_fr_environment(
     the watchdog's abort destroys the dump ("broken promise", pytorch#121055), so it is
     raised to 3 (torchtitan's choice) with a warning. torch reads these when a process
     group is created, so install the recorder before ``init_process_group``.
+
+    torch's buffer size (``TORCH_FR_BUFFER_SIZE``, 2,000 by default) is left alone: the
+    recorder keeps the history in its own rings and reads torch's buffer only for what
+    its hooks did not see, and each read holds the GIL for a time that grows with that
+    buffer (31-37 ms for 2,000 entries, ten times that for 20,000).
     """
     env = _env(environ)
     updates: dict[str, str] = {}
     warnings: list[str] = []
-    if not (env.get(TORCH_FR_BUFFER_SIZE) or env.get(TORCH_NCCL_TRACE_BUFFER_SIZE)):
-        updates[TORCH_FR_BUFFER_SIZE] = str(settings.buffer_size)
     if not env.get(TORCH_NCCL_DUMP_ON_TIMEOUT):
         updates[TORCH_NCCL_DUMP_ON_TIMEOUT] = "1"
     if not (env.get(TORCH_FR_DUMP_TEMP_FILE) or env.get(TORCH_NCCL_DEBUG_INFO_TEMP_FILE)):

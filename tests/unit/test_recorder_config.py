@@ -187,7 +187,6 @@ def test_torch_environment_sets_what_is_unset(tmp_path: Path) -> None:
     environ: dict[str, str] = {"PATH": "/bin"}
     updates, warnings = config.torch_fr_environment(_settings(tmp_path, buffer_size=123), environ)
     assert updates == {
-        "TORCH_FR_BUFFER_SIZE": "123",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "_rings" / "job=j" / "comm_lib_trace_rank_"),
     }

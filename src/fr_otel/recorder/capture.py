@@ -86,6 +86,9 @@ SPECS: dict[str, _Spec] = {
     "all_to_all_single": _Spec("all_to_all_single", "input", "output"),
     "all_to_all": _Spec("all_to_all", "input_tensor_list", "output_tensor_list"),
     "barrier": _Spec("barrier", None, None),
+    # gloo runs it as sends and receives its Flight Recorder does not record (they take
+    # two of the group's sequence numbers with 2 ranks): only this hook sees it
+    "monitored_barrier": _Spec("monitored_barrier", None, None),
     "send": _Spec("send", "tensor", None, kind="send"),
     "recv": _Spec("recv", None, "tensor", kind="recv"),
     "isend": _Spec("send", "tensor", None, kind="send", blocking=False),
