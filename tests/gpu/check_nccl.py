@@ -105,9 +105,11 @@ def _init(backend: str | None = BACKEND, timeout_s: float = PG_TIMEOUT_S) -> tup
 
 
 def _fr_dump_bytes() -> bytes:
+    """torch's FR dump (pickle): NCCL's own recorder on NCCL, the generic one otherwise."""
     from torch._C import _distributed_c10d as ext
 
-    for name in ("_dump_nccl_trace", "_dump_fr_trace"):
+    names = ("_dump_nccl_trace", "_dump_fr_trace") if BACKEND == "nccl" else ("_dump_fr_trace",)
+    for name in names:
         dump = getattr(ext, name, None)
         if dump is not None:
             try:  # symbolising stack traces takes seconds
@@ -139,6 +141,112 @@ def _archived(recorder: Any, incident: str, rank: int) -> Path:
     from fr_otel.archive.layout import rank_file
 
     return rank_file(recorder.settings.archive, recorder.settings.job, incident, rank)
+
+
+def _fr_entries() -> list[dict[str, Any]]:
+    """The entries of torch's FR dump, in record order."""
+    entries: list[dict[str, Any]] = pickle.loads(_fr_dump_bytes()).get("entries", [])
+    return sorted(entries, key=lambda e: int(e.get("record_id", 0)))
+
+
+def _recorded_rows(recorder: Any) -> list[dict[str, Any]]:
+    """``recorder.snapshot()`` (both rings) as the canonical rows a flush would write."""
+    from fr_otel.recorder.table import ring_table
+
+    contents = recorder.snapshot()
+    if contents is None:
+        return []
+    table = ring_table(contents, job=JOB, incident="snapshot", dump_time_ns=time.time_ns())
+    rows: list[dict[str, Any]] = table.to_pylist()
+    if len(rows) != len(contents.slots):  # a slot whose group or signature is unknown
+        print(f"INFO snapshot: {len(contents.slots)} slots, {len(rows)} rows", flush=True)
+    return sorted(rows, key=lambda row: row["record_id"])
+
+
+def _from_torch_ring(row: dict[str, Any]) -> bool:
+    """Did the FR mirror write this row (an op the hooks did not see)?"""
+    from fr_otel.recorder.ring import TORCH_RECORD_OFFSET
+
+    return bool(row["record_id"] >= TORCH_RECORD_OFFSET)
+
+
+def _fr_key(entry: dict[str, Any]) -> tuple[str, bool, int, int]:
+    """(group name, is p2p, collective seq, p2p seq or 0) of a torch FR entry."""
+    group = entry.get("process_group")
+    name = str(group[0]) if isinstance(group, list | tuple) and group else str(group)
+    p2p = bool(entry.get("is_p2p"))
+    p2p_seq = int(entry.get("p2p_seq_id") or 0) if p2p else 0
+    return name, p2p, int(entry.get("collective_seq_id") or 0), p2p_seq
+
+
+def _row_key(row: dict[str, Any]) -> tuple[str, bool, int, int]:
+    p2p = bool(row["is_p2p"])
+    p2p_seq = int(row["p2p_seq_id"] or 0) if p2p else 0
+    return str(row["pg_name"]), p2p, int(row["collective_seq_id"] or 0), p2p_seq
+
+
+def _fr_op(entry: dict[str, Any]) -> str:
+    return str(entry.get("profiling_name", "")).partition(":")[2]
+
+
+def _expect_coverage(
+    rep: _Report, rows: list[dict[str, Any]], entries: list[dict[str, Any]]
+) -> dict[int, dict[str, Any]]:
+    """Every torch FR entry has exactly one row of the snapshot, and no collective's
+    (group name, collective_seq_id) is there twice. Returns FR record id -> its row."""
+    from collections import Counter
+
+    by_key: dict[tuple[str, bool, int, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        by_key.setdefault(_row_key(row), []).append(row)
+    found: dict[int, dict[str, Any]] = {}
+    missing, doubled = [], []
+    for entry in entries:
+        key = _fr_key(entry)
+        match = by_key.get(key, [])
+        if len(match) == 1:
+            found[int(entry.get("record_id", -1))] = match[0]
+        else:
+            (missing if not match else doubled).append((_fr_op(entry), *key, len(match)))
+    rep.expect(
+        not missing,
+        f"{len(missing)} of {len(entries)} torch FR entries have no row in the snapshot"
+        f" (op, pg, p2p, seq, p2p seq, rows): {missing[:10]}",
+    )
+    rep.expect(not doubled, f"torch FR entries with several rows: {doubled[:10]}")
+    twice = Counter((r["pg_name"], r["collective_seq_id"]) for r in rows if not r["is_p2p"])
+    dups = {key: n for key, n in twice.items() if n > 1}
+    rep.expect(not dups, f"(pg_name, collective_seq_id) recorded more than once: {dups}")
+    fr_keys = {_fr_key(e) for e in entries}
+    extra = [
+        (r["op"], *_row_key(r), "torch ring" if _from_torch_ring(r) else "hooks")
+        for r in rows
+        if _row_key(r) not in fr_keys
+    ]
+    rep.expect(
+        not extra,
+        f"rows no torch FR entry has (its buffer holds every op here: the numbering"
+        f" differs): {extra[:10]}",
+    )
+    hooked = sum(not _from_torch_ring(r) for r in found.values())
+    rep.info(
+        f"{len(entries)} torch FR entries, {len(rows)} snapshot rows; of the matched,"
+        f" {hooked} from the hooks and {len(found) - hooked} from the torch ring"
+    )
+    return found
+
+
+def _mirror_report(rep: _Report, recorder: Any) -> None:
+    stats = recorder.mirror_stats
+    if not rep.expect(stats is not None, "no FR mirror (recorder.mirror_stats is None)"):
+        return
+    rep.info(
+        f"mirror: reads {stats.reads}, mirrored {stats.mirrored}, missed {stats.missed},"
+        f" last_cost_s {stats.last_cost_s * 1e3:.2f} ms, total {stats.total_cost_s * 1e3:.2f} ms"
+    )
+    rep.expect(stats.missed == 0, f"the mirror missed {stats.missed} FR entries")
+    errors = recorder.stats.recorder_errors + recorder.capture.errors
+    rep.expect(errors == 0, f"{errors} recorder errors")
 
 
 def _w_recording(rep: _Report) -> None:
@@ -321,7 +429,9 @@ def _w_environment(rep: _Report) -> None:
     rep.info(f"after install():  {after}")
     folder = recorder.settings.rings / f"job={recorder.settings.job}"
     want = {
-        "TORCH_FR_BUFFER_SIZE": os.environ["FR_OTEL_BUFFER_SIZE"],
+        # left as it was (unset here: torch's default, 2,000): the recorder's own rings keep
+        # the history, and each read of torch's FR costs more the larger its buffer
+        "TORCH_FR_BUFFER_SIZE": before["TORCH_FR_BUFFER_SIZE"],
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_FR_DUMP_TEMP_FILE": str(folder.absolute() / "comm_lib_trace_rank_"),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
@@ -335,12 +445,27 @@ def _w_environment(rep: _Report) -> None:
     _sync()
     prefix = Path(os.environ["TORCH_FR_DUMP_TEMP_FILE"])
     rep.expect(prefix.parent.is_dir(), f"the dump folder {prefix.parent} does not exist")
-    entries = pickle.loads(_fr_dump_bytes()).get("entries", [])
-    size = int(want["TORCH_FR_BUFFER_SIZE"])
-    rep.info(f"torch FR holds {len(entries)} entries after 20 all_reduce (buffer size {size})")
+    entries = _fr_entries()
+    ours = int(os.environ["FR_OTEL_BUFFER_SIZE"])
+    seqs = [e.get("collective_seq_id") for e in entries]
+    ops = sorted({str(e.get("profiling_name")) for e in entries})
+    rep.info(
+        f"torch FR holds {len(entries)} entries after 20 all_reduce (FR_OTEL_BUFFER_SIZE"
+        f" {ours}, TORCH_FR_BUFFER_SIZE {os.environ.get('TORCH_FR_BUFFER_SIZE')!r}): {ops}"
+    )
+    # what this can tell: torch's buffer holds more than FR_OTEL_BUFFER_SIZE (the recorder's
+    # size did not reach torch) and is not off (0); that it is 2,000 exactly, it cannot
     rep.expect(
-        len(entries) == size,
-        f"torch's FR holds {len(entries)} entries, not {size}: TORCH_FR_BUFFER_SIZE ignored",
+        len(entries) == 20 and seqs == list(range(1, 21)),
+        f"torch's FR holds {len(entries)} entries with collective_seq_id {seqs},"
+        " want the 20 all_reduce numbered 1..20",
+    )
+    recorder._mirror_all()  # private: the only way to force a read of torch's FR now
+    rows = _recorded_rows(recorder)
+    rep.info(
+        f"the recorder's rings (capacity {ours} each) hold collective_seq_id: hooks"
+        f" {[r['collective_seq_id'] for r in rows if not _from_torch_ring(r)]}, torch ring"
+        f" {[r['collective_seq_id'] for r in rows if _from_torch_ring(r)]}"
     )
 
 
@@ -488,6 +613,142 @@ def _w_mixed_backend(rep: _Report) -> None:
     )
 
 
+def _w_ddp(rep: _Report) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dev = _device()
+    recorder, _ = _init()
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(256, 8)).to(dev)
+    # 0.1 MiB: each 256x256 weight (256 KiB of gradient) closes a bucket, 4-5 buckets
+    ddp = DistributedDataParallel(
+        model, device_ids=[dev.index] if DEVICE == "cuda" else None, bucket_cap_mb=0.1
+    )
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    steps = 4
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = ddp(torch.randn(32, 256, device=dev)).square().mean()
+        loss.backward()  # the buckets' all-reduces: C++, past every Python hook
+        optimizer.step()
+        dist.all_reduce(loss.detach().reshape(1))  # the loss to log: a hooked op among them
+    _sync()
+    # private: no public call forces a read of torch's FR (declare() does, with a flush)
+    recorder._mirror_all()
+    rows = _recorded_rows(recorder)
+    entries = _fr_entries()
+    found = _expect_coverage(rep, rows, entries)
+    _mirror_report(rep, recorder)
+
+    def numel(entry: dict[str, Any]) -> int:
+        sizes = entry.get("input_sizes") or [[]]
+        count = 1
+        for n in sizes[0]:
+            count *= int(n)
+        return count
+
+    buckets = {
+        int(e.get("record_id", -1)) for e in entries if _fr_op(e) == "all_reduce" and numel(e) > 8
+    }
+    per_step: list[list[int]] = [[]]
+    for entry in entries:  # each step ends with the loss's all_reduce (1 element)
+        if _fr_op(entry) == "all_reduce" and entry.get("input_sizes") == [[1]]:
+            per_step.append([])
+        elif int(entry.get("record_id", -1)) in buckets:
+            per_step[-1].append(numel(entry))
+    others = {_fr_op(e) for e in entries if int(e.get("record_id", -1)) not in buckets}
+    rep.info(
+        f"bucket all_reduce per step (elements): {per_step[:-1]}; other torch FR ops:"
+        f" {sorted(others)}"
+    )
+    # DDP's first step reduces one bucket of everything, then it rebuilds its buckets
+    counts = [len(step) for step in per_step[:-1]]
+    rep.expect(
+        len(counts) == steps and min(counts[1:]) >= 3,
+        f"bucket all_reduce per step {counts}, want {steps} steps, 3+ buckets after the first",
+    )
+    states = [
+        (found[r]["state"], "torch ring" if _from_torch_ring(found[r]) else "hooks")
+        for r in sorted(buckets)
+        if r in found
+    ]
+    rep.expect(
+        all(state == "completed" for state, _ in states),
+        f"bucket all_reduce rows after synchronize and a mirror read (state, from): {states}",
+    )
+    hooked = [r["collective_seq_id"] for r in rows if not _from_torch_ring(r)]
+    rep.info(f"hooked ops (the logged loss) at collective_seq_id {hooked}")
+    rep.expect(len(hooked) == steps, f"{len(hooked)} hooked rows, want the {steps} loss ops")
+
+
+def _w_functional(rep: _Report) -> None:
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    dev = _device()
+    recorder, _ = _init()
+    world = dist.get_world_size()
+    group = dist.group.WORLD
+    rounds = 3
+    reduced = gathered = None
+    for _ in range(rounds):
+        pending = funcol.all_reduce(torch.ones(16, device=dev), "sum", group)
+        dist.all_reduce(torch.ones(24, device=dev))  # issued while the functional one waits
+        reduced = pending.wait()
+        with warnings.catch_warnings():  # a deprecated alias of all_gather_single
+            warnings.simplefilter("ignore", FutureWarning)
+            gathered = funcol.all_gather_tensor(torch.ones(8, device=dev), 0, group)
+        gathered = funcol.wait_tensor(gathered)
+        dist.all_reduce(torch.ones(24, device=dev))
+    _sync()
+    rep.expect(reduced is not None and bool((reduced == world).all()), f"all_reduce gave {reduced}")
+    rep.expect(
+        gathered is not None and tuple(gathered.shape) == (8 * world,),
+        f"all_gather_tensor gave shape {None if gathered is None else tuple(gathered.shape)}",
+    )
+    # private: no public call forces a read of torch's FR (declare() does, with a flush)
+    recorder._mirror_all()
+    rows = _recorded_rows(recorder)
+    entries = _fr_entries()
+    _expect_coverage(rep, rows, entries)
+    _mirror_report(rep, recorder)
+    functional = [
+        (_fr_op(e), e.get("collective_seq_id"))
+        for e in entries
+        if e.get("input_sizes") in ([[16]], [[8]])
+    ]
+    rep.info(f"functional collectives in torch's FR (op, collective_seq_id): {functional}")
+    # the sequence-number equality: a hook's torch counter + 1 is FR's collective_seq_id
+    theirs = [
+        e.get("collective_seq_id")
+        for e in entries
+        if _fr_op(e) == "all_reduce" and e.get("input_sizes") == [[24]]
+    ]
+    ours = [
+        r["collective_seq_id"]
+        for r in rows
+        if not _from_torch_ring(r) and r["op"] == "all_reduce" and r["input_sizes"] == [[24]]
+    ]
+    same = ours == theirs and len(ours) == 2 * rounds
+    rep.info(
+        f"dist.all_reduce collective_seq_id {'AGREE' if same else 'DIFFER'}:"
+        f" hooks {ours}, torch FR {theirs}"
+    )
+    rep.expect(
+        same,
+        f"the hooked dist.all_reduce rows' collective_seq_id {ours} != torch FR's {theirs}"
+        f" (want {2 * rounds} each)",
+    )
+
+
 WORKERS: dict[str, Callable[[_Report], None]] = {
     "recording": _w_recording,
     "environment": _w_environment,
@@ -495,6 +756,8 @@ WORKERS: dict[str, Callable[[_Report], None]] = {
     "desync": _w_desync,
     "overhead": _w_overhead,
     "mixed_backend": _w_mixed_backend,
+    "ddp": _w_ddp,
+    "functional": _w_functional,
 }
 
 
@@ -654,6 +917,19 @@ def _simple(name: str) -> Callable[[Path, float, int], _Outcome]:
     return check
 
 
+def _per_gpu(name: str) -> Callable[[Path, float, int], _Outcome]:
+    """A check run by 2 ranks when there are 2 GPUs (each checks its own FR), else by 1."""
+
+    def check(folder: Path, timeout_s: float, gpus: int) -> _Outcome:
+        world = 2 if gpus >= 2 else 1
+        results = _run_ranks(name, world, folder, timeout_s=timeout_s, grace_s=15.0)
+        outcome = _outcome(results, timeout_s)
+        outcome.info.insert(0, f"world of {world}")
+        return outcome
+
+    return check
+
+
 def _check_desync(folder: Path, timeout_s: float, gpus: int) -> _Outcome:
     if gpus < 2:
         return _Outcome("SKIP", info=[f"needs 2 GPUs, this machine has {gpus}"])
@@ -702,7 +978,7 @@ CHECKS: dict[str, tuple[str, Callable[[Path, float, int], _Outcome], float]] = {
         90,
     ),
     "environment": (
-        "install() sets torch's FR variables, torch honours them",
+        "install() sets torch's FR variables, leaves its buffer size alone",
         _simple("environment"),
         60,
     ),
@@ -720,6 +996,16 @@ CHECKS: dict[str, tuple[str, Callable[[Path, float, int], _Outcome], float]] = {
     "mixed_backend": (
         "init_process_group() without backend: cuda ops are NCCL ops",
         _simple("mixed_backend"),
+        60,
+    ),
+    "ddp": (
+        "DDP's C++ bucket all-reduces: every NCCL FR entry recorded once, completed",
+        _per_gpu("ddp"),
+        60,
+    ),
+    "functional": (
+        "functional collectives: recorded once; hooked ops carry FR's collective_seq_id",
+        _per_gpu("functional"),
         60,
     ),
 }
