@@ -460,7 +460,7 @@ def _w_environment(rep: _Report) -> None:
         f"torch's FR holds {len(entries)} entries with collective_seq_id {seqs},"
         " want the 20 all_reduce numbered 1..20",
     )
-    recorder._mirror_all()  # private: the only way to force a read of torch's FR now
+    recorder.read_torch_fr()
     rows = _recorded_rows(recorder)
     rep.info(
         f"the recorder's rings (capacity {ours} each) hold collective_seq_id: hooks"
@@ -638,8 +638,7 @@ def _w_ddp(rep: _Report) -> None:
         optimizer.step()
         dist.all_reduce(loss.detach().reshape(1))  # the loss to log: a hooked op among them
     _sync()
-    # private: no public call forces a read of torch's FR (declare() does, with a flush)
-    recorder._mirror_all()
+    recorder.read_torch_fr()
     rows = _recorded_rows(recorder)
     entries = _fr_entries()
     found = _expect_coverage(rep, rows, entries)
@@ -714,8 +713,7 @@ def _w_functional(rep: _Report) -> None:
         gathered is not None and tuple(gathered.shape) == (8 * world,),
         f"all_gather_tensor gave shape {None if gathered is None else tuple(gathered.shape)}",
     )
-    # private: no public call forces a read of torch's FR (declare() does, with a flush)
-    recorder._mirror_all()
+    recorder.read_torch_fr()
     rows = _recorded_rows(recorder)
     entries = _fr_entries()
     _expect_coverage(rep, rows, entries)

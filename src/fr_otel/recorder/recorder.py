@@ -176,8 +176,9 @@ class Recorder:
         finally:
             self._mirror_lock.release()
 
-    def _mirror_all(self) -> None:
-        """Bring the torch ring up to date (at a flush: what torch's FR holds now)."""
+    def read_torch_fr(self) -> None:
+        """Bring the torch ring up to date with what torch's FR holds now (a flush does;
+        a check or a benchmark may). Holds the GIL as long as torch's dump takes."""
         mirror = self._mirror
         if mirror is None:
             return
@@ -315,7 +316,7 @@ class Recorder:
             return
         note_incident(self.settings, incident)
         self.capture.poll_unfinished()
-        self._mirror_all()
+        self.read_torch_fr()
         already = self._already_sent()
         report = flush_ring(
             self.snapshot(),
@@ -417,7 +418,7 @@ class Recorder:
         if self._flush_lock.acquire(timeout=self.settings.flush_deadline_s):
             self._flush_lock.release()
         if self._mirror_stream is not None:
-            self._mirror_all()  # what torch saw since the last read goes out too
+            self.read_torch_fr()  # what torch saw since the last read goes out too
         for stream in (self._stream, self._mirror_stream):
             if stream is None:
                 continue
