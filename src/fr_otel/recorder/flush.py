@@ -4,6 +4,7 @@ the raw Flight Recorder dump where torch has one. Bounded by a deadline, never r
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +84,13 @@ def flush_ring(
             folder = raw_dump_dir(settings, incident)
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"comm_lib_trace_rank_{contents.rank}"
-            path.write_bytes(raw_dump)
+            # whole or absent: a dump cut short by a full disk would read as a bad file
+            staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                staging.write_bytes(raw_dump)
+                os.replace(staging, path)
+            finally:
+                staging.unlink(missing_ok=True)
             report.raw_dump = path
         except OSError as exc:
             report.problems.append(f"raw dump: {exc}")

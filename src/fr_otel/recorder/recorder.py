@@ -97,7 +97,13 @@ class Recorder:
                 except Exception as exc:  # record nothing rather than crash
                     self._writer_failed = True
                     self.stats.recorder_errors += 1
-                    logger.warning("fr_otel recorder disabled: %r", exc)
+                    logger.warning(
+                        "fr_otel: recorder disabled for this rank, training goes on: cannot"
+                        " open its ring under %s (%s); this rank's collectives will not be"
+                        " recorded or sent, and its incidents not declared",
+                        self.settings.rings,
+                        exc,
+                    )
         return self._writer
 
     def _start(self) -> None:

@@ -20,6 +20,7 @@ for anything seen before) and one ``pack_into``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import mmap
@@ -103,6 +104,21 @@ class Signature:
     """The backend that ran it (a group can hold one per device: gloo on CPU, NCCL on GPU)."""
 
 
+def _reserve(fd: int, size: int) -> None:
+    """Allocate ``size`` bytes of disk to ``fd`` (zero-filled). ``OSError`` (ENOSPC...)
+    when they cannot be had. Filesystems without ``fallocate`` get the zeros written."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    zeros = bytes(1 << 20)
+    written = 0
+    while written < size:
+        written += os.pwrite(fd, zeros[: min(len(zeros), size - written)], written)
+
+
 class RingWriter:
     """Append-only view of one rank's ring and meta files, owned by that rank."""
 
@@ -122,7 +138,9 @@ class RingWriter:
             # a rank that restarts with the same number takes its file over
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.ftruncate(self._fd, 0)
-            os.ftruncate(self._fd, size)
+            # the blocks are reserved now: on a full disk this fails here, at start, where
+            # a sparse file's first write to a new page would kill the rank with SIGBUS
+            _reserve(self._fd, size)
             self._map = mmap.mmap(self._fd, size)
         except BaseException:
             os.close(self._fd)
