@@ -1,4 +1,5 @@
-"""Locate the committed fixture folders under tests/data, failing loudly when one is missing.
+"""Locate the committed fixture folders under tests/data (``gloo_<scenario>`` from the demo
+job, ``workload_<case>`` from tests/workloads/), failing loudly when one is missing.
 
 Tests load this file by path (``tests`` is not a package), for example::
 
@@ -25,3 +26,27 @@ def fixture_dir(name: str) -> Path:
             f"with: python tests/data/generate_gloo.py --only {scenario}"
         )
     return folder
+
+
+def workload_dir(name: str) -> Path:
+    """The folder of workload case ``name`` (``mesh2d_hang`` or ``workload_mesh2d_hang``).
+
+    Raises ``FileNotFoundError`` naming the case and the command that regenerates it.
+    """
+    case = name.removeprefix("workload_")
+    folder = DATA_DIR / f"workload_{case}"
+    if not (folder / "scenario.json").is_file():
+        raise FileNotFoundError(
+            f"fixture for workload case {case!r} is missing ({folder}); regenerate it "
+            f"with: python tests/data/generate_workloads.py --only {case}"
+        )
+    return folder
+
+
+def workload_cases() -> list[str]:
+    """Every committed workload case, by name."""
+    return sorted(
+        p.name.removeprefix("workload_")
+        for p in DATA_DIR.glob("workload_*")
+        if (p / "scenario.json").is_file()
+    )

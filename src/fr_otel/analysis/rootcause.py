@@ -3,10 +3,11 @@
 Every blocked rank ends up waiting, through the wait graph of the ranks' oldest
 unfinished ops, on a jam that waits on nothing else (a sink). Findings in a sink are
 causes; a finding that exists only because ranks are absent (a missing rank, a lone send
-or recv) is a cause only when no divergence sits in the same jam. Every other finding is
-a consequence, attributed to the cause that holds the ranks it lacks. Causes are ordered
-by a rank that issued both (clocks differ across hosts), else by time: the first is the
-root cause.
+or recv) is a cause only when no divergence sits in the same jam, and a rank that stopped
+is one cause however many groups miss it. Every other finding is a consequence,
+attributed to the cause that holds the ranks it lacks. Causes are ordered by a rank that
+issued both (clocks differ across hosts), else by ranks that issued both in replicas of
+the two groups, else by time: the first is the root cause.
 """
 
 from __future__ import annotations
@@ -45,20 +46,70 @@ def _program_positions(
     return out
 
 
+# Undescribed groups of the same size need not run the same program.
+_ANONYMOUS_DESCS = ("", "undefined")
+
+_REPLICA_POSITIONS = """
+SELECT s.rank, s.first_record
+FROM slots s JOIN groups g USING (gid)
+WHERE s.seq = $seq AND g.pg_desc = $desc AND len(g.members) = $size
+"""
+
+
+def _replica_positions(
+    connection: duckdb.DuckDBPyConnection, finding: Finding
+) -> dict[int, int] | None:
+    """Like ``_program_positions``, over the finding's group and its replicas (same
+    description and size: the other tp or dp groups of a mesh run the same program).
+
+    Two findings in groups no rank shares (rank 1's tp group and rank 3's dp group) are
+    then still ordered by ranks that issued both kinds of collective in their own groups.
+    """
+    group = finding.group
+    if (
+        finding.collective_seq_id is None
+        or finding.kind == "p2p_unmatched"
+        or group.desc in (None, *_ANONYMOUS_DESCS)
+        or not group.ranks
+    ):
+        return None
+    return dict(
+        connection.execute(
+            _REPLICA_POSITIONS,
+            {"seq": finding.collective_seq_id, "desc": group.desc, "size": len(group.ranks)},
+        ).fetchall()
+    )
+
+
+def _vote(pa: dict[int, int] | None, pb: dict[int, int] | None) -> int:
+    """-1 when most ranks that issued both issued a's slot first, 1 when b's, else 0."""
+    if not pa or not pb:
+        return 0
+    votes = sum(1 if pa[r] < pb[r] else -1 for r in pa.keys() & pb.keys())
+    return -1 if votes > 0 else (1 if votes < 0 else 0)
+
+
 def _sorted(connection: duckdb.DuckDBPyConnection, findings: list[Finding]) -> list[Finding]:
     """Earlier divergences first. Clocks differ across hosts and ranks run at different
-    paces, so two slots are ordered by a rank that issued both, when one did; by the time
-    the majority reached them otherwise."""
+    paces, so two slots are ordered by a rank that issued both, when one did; else by ranks
+    that issued both in replicas of the two groups; by the time the majority reached them
+    otherwise."""
     positions = _program_positions(connection, findings)
+    replicas: dict[int, dict[int, int] | None] = {}
+
+    def replica(finding: Finding) -> dict[int, int] | None:
+        # fetched only for the pairs no rank orders directly
+        if id(finding) not in replicas:
+            replicas[id(finding)] = _replica_positions(connection, finding)
+        return replicas[id(finding)]
 
     def compare(a: Finding, b: Finding) -> int:
-        pa, pb = positions.get(id(a)), positions.get(id(b))
-        if pa and pb:
-            common = sorted(pa.keys() & pb.keys())
-            if common:
-                votes = sum(1 if pa[r] < pb[r] else -1 for r in common)
-                if votes:
-                    return -1 if votes > 0 else 1
+        order = _vote(positions.get(id(a)), positions.get(id(b)))
+        if order:
+            return order
+        order = _vote(replica(a), replica(b))
+        if order:
+            return order
         ka, kb = _fallback_key(a), _fallback_key(b)
         return -1 if ka < kb else (1 if ka > kb else 0)
 
@@ -87,12 +138,19 @@ def rank_findings(
     final = [ordered[i] for i in roots] + [f for i, f in enumerate(ordered) if i not in roots]
     root_findings = final[: len(roots)]
     for finding in final[len(roots) :]:
-        # explained by the first root that holds the ranks it lacks, else by the main root
+        # explained by the first root that holds the ranks it lacks, or that already
+        # reports those ranks absent, else by the main root
+        lacking = finding.waiting_ranks or frozenset(finding.culprit_ranks)
         finding.consequence_of = next(
             (
                 k
                 for k, root in enumerate(root_findings)
-                if (finding.waiting_ranks or frozenset(finding.culprit_ranks)) <= root.held_ranks
+                if lacking <= root.held_ranks
+                or (
+                    finding.kind in ABSENCE_KINDS
+                    and root.kind in ABSENCE_KINDS
+                    and finding.waiting_ranks <= root.waiting_ranks
+                )
             ),
             0,
         )
@@ -141,6 +199,11 @@ def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph
         k for i, f in enumerate(ordered) if f.kind == "p2p_unmatched" and mutual(f) for k in hits[i]
     }
     roots = []
+    # A rank that stopped (stuck in host code, or finished early) is absent from every
+    # group whose peers went on: from its tp group, and from its dp group, where the
+    # peer that finished its own tp step waits. One stop is one cause: the absence the
+    # majority reached first (``ordered`` is in program order); the later ones follow.
+    stopped: set[int] = set()
     for i, finding in enumerate(ordered):
         if not hits[i]:
             continue
@@ -150,5 +213,9 @@ def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph
             if not hits[i] <= causes:
                 roots.append(i)
         elif not hits[i] <= causes | paired:
+            if finding.kind == "missing_rank" and finding.waiting_ranks <= stopped:
+                continue
             roots.append(i)
+            if finding.kind == "missing_rank":
+                stopped |= finding.waiting_ranks
     return roots or [0]

@@ -19,10 +19,9 @@ WITH raw AS (
             op,
             CASE WHEN list_contains($variable_size_ops, op) THEN NULL ELSE input_sizes END,
             CASE WHEN list_contains($variable_size_ops, op) THEN NULL ELSE output_sizes END,
-            input_dtypes,
-            output_dtypes
+            dtypes_in, dtypes_out
         ) AS h,
-        hash(input_dtypes, output_dtypes) AS hd,
+        hash(dtypes_in, dtypes_out) AS hd,
         list_sum(list_transform(input_sizes, lambda s: list_product(s)))::BIGINT AS in_numel,
         list_sum(list_transform(output_sizes, lambda s: list_product(s)))::BIGINT AS out_numel,
         len(input_sizes) AS in_tensors,
@@ -33,8 +32,19 @@ WITH raw AS (
         -- For NCCL a retired entry that did not complete timed out.
         state = 'completed' OR (backend = 'gloo' AND coalesce(retired, false)) AS done_self,
         state IN ('started', 'completed') AS started
-    FROM src
-    WHERE job = $job AND incident = $incident
+    FROM (
+        SELECT *,
+            -- scatter's input list exists only on its source, gather's output list only on
+            -- its destination: their other ranks record no tensor and so no dtype. Those ops
+            -- compare the set of dtypes they moved, whichever side recorded them.
+            CASE WHEN list_contains($variable_size_ops, op)
+                 THEN list_sort(list_distinct(list_concat(input_dtypes, output_dtypes)))
+                 ELSE input_dtypes END AS dtypes_in,
+            CASE WHEN list_contains($variable_size_ops, op) THEN NULL
+                 ELSE output_dtypes END AS dtypes_out
+        FROM src
+        WHERE job = $job AND incident = $incident
+    )
 ),
 -- ops inside a coalesced batch never complete themselves (pytorch#137969): the batch's
 -- trailing `coalesced` entry carries the completion for all of them

@@ -64,3 +64,27 @@ covering AS (
 SELECT r.gid, r.seq, r.present, coalesce(c.covering, 0) - r.present AS absent, r.signatures,
        r.majority_sig, r.majority_n, coalesce(r.runner_up_n, 0) AS runner_up_n
 FROM ranked r LEFT JOIN covering c USING (gid, seq);
+
+-- gloo retires an op when it fails as well as when it completes (FR reference §1.7): a rank
+-- that dumped after its collective timed out or lost its peer shows it retired. A
+-- collective cannot complete while a member whose buffer covers it never issued it, and
+-- its retirement proves nothing while members issued different things there. At such a
+-- slot, a rank's last collective in the group is where it was blocked, retired or not;
+-- one it went past (a gather's sender, done before the root failed) did complete.
+CREATE OR REPLACE TEMP TABLE failed_gloo AS
+SELECT s.gid, s.seq, s.rank
+FROM slots s
+JOIN windows w ON w.gid = s.gid AND w.rank = s.rank AND w.max_seq = s.seq
+JOIN slot_summary ss ON ss.gid = s.gid AND ss.seq = s.seq
+WHERE s.done AND (ss.absent > 0 OR ss.signatures > 1)
+  AND EXISTS (SELECT 1 FROM e WHERE e.gid = s.gid AND e.seq = s.seq AND e.rank = s.rank
+              AND e.gloo AND NOT e.p2p);
+
+UPDATE e SET done = false
+WHERE done AND NOT p2p AND op <> 'coalesced'
+  AND EXISTS (SELECT 1 FROM failed_gloo f
+              WHERE f.gid = e.gid AND f.seq = e.seq AND f.rank = e.rank);
+
+UPDATE slots SET done = false
+WHERE EXISTS (SELECT 1 FROM failed_gloo f
+              WHERE f.gid = slots.gid AND f.seq = slots.seq AND f.rank = slots.rank);
