@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fr_otel.config import RecorderSettings
@@ -31,9 +31,12 @@ def flush_dead_rings(
     deadline: float,
     skip: Path | None = None,
     since_ns: int = 0,
+    deferred: list[Callable[[float], None]] | None = None,
 ) -> Iterator[FlushReport]:
     """Flush every unlocked ring of ``settings.job`` not yet flushed for ``incident``
-    (only rings opened at ``since_ns`` or later: older ones are another run's)."""
+    (only rings opened at ``since_ns`` or later: older ones are another run's). With
+    ``deferred``, the spans wait there (``flush.send_deferred``) until every ring is
+    archived."""
     for base in ring_bases(settings.rings, settings.job):
         if base == skip or time.monotonic() >= deadline:
             continue
@@ -48,7 +51,12 @@ def flush_dead_rings(
             if incident in contents.flushed or not contents.slots or contents.created_ns < since_ns:
                 continue
             report = flush_ring(
-                contents, settings=settings, incident=incident, exporter=exporter, deadline=deadline
+                contents,
+                settings=settings,
+                incident=incident,
+                exporter=exporter,
+                deadline=deadline,
+                deferred=deferred,
             )
             if report.archived is not None:
                 append_flushed(base, incident)

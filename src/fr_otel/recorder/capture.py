@@ -16,6 +16,7 @@ call to the Python wrapper here (``FR_OTEL_PURE_PYTHON=1`` switches it off).
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
 import inspect
@@ -257,17 +258,25 @@ def _sequence_of(pg: Any, fallback: Callable[[], int]) -> Callable[[], int]:
     return fallback
 
 
-def _without_p2p(counter: Callable[[], int], p2p: list[int], index: int) -> Callable[[], int]:
+def _without_p2p(
+    counter: Callable[[], int], p2p: list[int], hidden: list[int], index: int
+) -> Callable[[], int]:
     """Gloo's counter numbers every op, sends and receives included, but its Flight
     Recorder numbers collectives only (``collective_seq_id``; it records no send/recv):
-    the collective number is the op number less the group's sends and receives, which
-    the hooks count. (A send/recv issued past the hooks, as ``monitored_barrier``'s are,
-    shifts it; the FR mirror's records then carry torch's own numbers.)"""
+    the collective number is the op number less the group's sends and receives, those
+    the hooks recorded (``p2p``) and those ``monitored_barrier`` made inside (``hidden``).
+    A send/recv issued past the hooks otherwise shifts it; the FR mirror's records then
+    carry torch's own numbers."""
 
     def collective_seq() -> int:
-        return counter() - p2p[index]
+        return counter() - p2p[index] - hidden[index]
 
     return collective_seq
+
+
+MONITORED_BARRIER_SEQS = 2
+"""Collective sequence numbers gloo's ``monitored_barrier`` takes on every rank (torch
+2.13); its op numbers are 2 per peer on the group's rank 0 and 2 on the others."""
 
 
 def _current_seq(counter: Callable[[], int]) -> int:
@@ -337,6 +346,10 @@ class Capture:
         rows join torch's entries even when collectives bypass these hooks (DDP's reducer,
         functional collectives)."""
         self._p2p_seq: list[int] = []
+        self._hidden_ops: list[int] = []
+        """Group index -> gloo op numbers taken by sends and receives no hook saw."""
+        self._op_counters: dict[int, Callable[[], int]] = {}
+        """Group index -> gloo's own op counter, for its groups."""
         self._tensor_type: Any = None
         """``torch.Tensor``, set by ``patch`` (this module does not import torch)."""
         self._library: dict[int, bool] = {}
@@ -384,6 +397,8 @@ class Capture:
                 wrapper = self._compiled(fast_hook, hook)
             else:
                 wrapper = self._wrapper(hook)
+            if name == "monitored_barrier":
+                wrapper = self._counting_hidden_ops(hook, wrapper)
             self._patched.append((c10d, name, original))
             setattr(c10d, name, wrapper)
             if getattr(dist, name, None) is original:
@@ -436,6 +451,32 @@ class Capture:
             if getattr(module, "init_process_group", None) is init:
                 self._patched.append((module, "init_process_group", init))
                 module.init_process_group = init_process_group
+
+    def _counting_hidden_ops(self, hook: _Hook, wrapper: Callable[..., Any]) -> Callable[..., Any]:
+        """``monitored_barrier`` with the op numbers its inner sends and receives take
+        on gloo noted, so the collectives after it keep FR's numbers."""
+
+        def monitored_barrier(*args: Any, **kwargs: Any) -> Any:
+            counter = before = index = None
+            try:
+                group = hook.arg(args, kwargs, "group")
+                known = self._groups.get(group) or self._group(group)
+                if known is not None:
+                    index = known[0]
+                    counter = self._op_counters.get(index)
+                    before = counter() if counter is not None else None
+            except Exception as exc:
+                self._failed_internally(exc)
+            try:
+                return wrapper(*args, **kwargs)
+            finally:
+                if counter is not None and before is not None and index is not None:
+                    with contextlib.suppress(Exception):
+                        extra = counter() - before - MONITORED_BARRIER_SEQS
+                        self._hidden_ops[index] += max(extra, 0)
+
+        functools.update_wrapper(monitored_barrier, hook.original)
+        return monitored_barrier
 
     @property
     def compiled(self) -> bool:
@@ -727,9 +768,11 @@ class Capture:
         while len(self._seq) <= index:
             self._seq.append(_OwnSequence())
             self._p2p_seq.append(0)
+            self._hidden_ops.append(0)
         counter = _sequence_of(pg, self._seq[index])
         if info.backend == "gloo" and not by_device and not isinstance(counter, _OwnSequence):
-            counter = _without_p2p(counter, self._p2p_seq, index)
+            self._op_counters[index] = counter
+            counter = _without_p2p(counter, self._p2p_seq, self._hidden_ops, index)
         self._seq[index] = counter
         timeout = detection_timeout_ns(timeout_ns, self.recorder.settings.timeout_s)
         known = (index, info, timeout, by_device, info.backend or "")

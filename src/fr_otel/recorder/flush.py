@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,15 @@ def flush_ring(
     deadline: float,
     already_sent: frozenset[int] = frozenset(),
     raw_dump: bytes | None = None,
+    deferred: list[Callable[[float], None]] | None = None,
 ) -> FlushReport:
     """Archive every record of ``contents`` under ``incident`` and send spans for those
     not in ``already_sent`` (what continuous mode exported while the job ran).
 
-    ``deadline`` is a ``time.monotonic()`` value. Problems are reported, not raised.
+    ``deadline`` is a ``time.monotonic()`` value. Problems are reported, not raised. With
+    ``deferred``, the sending is appended to it (called with the deadline) instead of
+    done: a caller flushing several rings archives them all before it sends any, so a
+    Collector that never answers cannot use up the time the local evidence needs.
     """
     started = time.monotonic()
     report = FlushReport(rank=contents.rank, incident=incident)
@@ -96,9 +101,24 @@ def flush_ring(
             report.problems.append(f"raw dump: {exc}")
     if exporter is not None and table is not None:
         resource = span_resource(settings, contents)
-        _send(table, already_sent, exporter, deadline, settings, report, resource)
+        rows = table
+
+        def send(until: float) -> None:
+            _send(rows, already_sent, exporter, until, settings, report, resource)
+
+        if deferred is not None:
+            deferred.append(send)
+        else:
+            send(deadline)
     report.elapsed_s = time.monotonic() - started
     return report
+
+
+def send_deferred(deferred: list[Callable[[float], None]], deadline: float) -> None:
+    """Send what ``flush_ring`` deferred, in order, within ``deadline`` (monotonic)."""
+    for send in deferred:
+        send(deadline)
+    deferred.clear()
 
 
 def _send(

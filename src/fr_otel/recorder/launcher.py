@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,13 +90,24 @@ def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) 
         from fr_otel.otel.transport import exporter_for
 
         exporter = exporter_for(settings.otlp)
+    from fr_otel.recorder.flush import send_deferred
+
     for incident in result.incidents:
         deadline = time.monotonic() + settings.flush_deadline_s
+        # every ring archived before any is exported: a Collector that never answers
+        # cannot spend the time the local evidence needs
+        deferred: list[Callable[[float], None]] = []
         result.late_flushes.extend(
             flush_dead_rings(
-                settings, incident, exporter=exporter, deadline=deadline, since_ns=started_ns
+                settings,
+                incident,
+                exporter=exporter,
+                deadline=deadline,
+                since_ns=started_ns,
+                deferred=deferred,
             )
         )
+        send_deferred(deferred, deadline)
     if exporter is not None:
         exporter.shutdown()
     from fr_otel.archive.layout import partition_dir

@@ -314,7 +314,7 @@ class Recorder:
 
     def _flush_all(self, incident: str) -> None:
         from fr_otel.recorder.adopt import flush_dead_rings, note_incident
-        from fr_otel.recorder.flush import flush_ring, torch_fr_dump
+        from fr_otel.recorder.flush import flush_ring, send_deferred, torch_fr_dump
 
         deadline = time.monotonic() + self.settings.flush_deadline_s
         writer = self._writer
@@ -324,6 +324,9 @@ class Recorder:
         self.capture.poll_unfinished()
         self.read_torch_fr()
         already = self._already_sent()
+        # local evidence first: this ring and the dead ones on this host are archived
+        # before any span is sent
+        deferred: list[Any] = []
         report = flush_ring(
             self.snapshot(),
             settings=self.settings,
@@ -332,14 +335,23 @@ class Recorder:
             deadline=deadline,
             already_sent=already,
             raw_dump=torch_fr_dump(),
+            deferred=deferred,
         )
         writer.note_flushed(incident)
         writer.sync()
-        self._record(report)
-        for adopted in flush_dead_rings(
-            self.settings, incident, exporter=self._exporter, deadline=deadline, skip=writer.base
-        ):
-            self._record(adopted)
+        adopted = list(
+            flush_dead_rings(
+                self.settings,
+                incident,
+                exporter=self._exporter,
+                deadline=deadline,
+                skip=writer.base,
+                deferred=deferred,
+            )
+        )
+        send_deferred(deferred, deadline)
+        for flushed in (report, *adopted):
+            self._record(flushed)
 
     def _already_sent(self) -> frozenset[int]:
         """Records continuous mode has sent, in ``snapshot()``'s record ids."""
