@@ -346,6 +346,8 @@ class Capture:
         rows join torch's entries even when collectives bypass these hooks (DDP's reducer,
         functional collectives)."""
         self._p2p_seq: list[int] = []
+        self.counters: dict[str, Callable[[], int]] = {}
+        """Group name -> its collective counter in FR's numbering (what ``_seq`` holds)."""
         self._hidden_ops: list[int] = []
         """Group index -> gloo op numbers taken by sends and receives no hook saw."""
         self._op_counters: dict[int, Callable[[], int]] = {}
@@ -774,6 +776,8 @@ class Capture:
             self._op_counters[index] = counter
             counter = _without_p2p(counter, self._p2p_seq, self._hidden_ops, index)
         self._seq[index] = counter
+        if not isinstance(counter, _OwnSequence):  # calling that one counts a collective
+            self.counters[info.name] = counter
         timeout = detection_timeout_ns(timeout_ns, self.recorder.settings.timeout_s)
         known = (index, info, timeout, by_device, info.backend or "")
         self.timeouts_ns[index] = known[2]

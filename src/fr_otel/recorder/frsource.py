@@ -43,8 +43,9 @@ from fr_otel.recorder.ring import (
 
 logger = logging.getLogger(__name__)
 
-COST_FACTOR = 100
-"""A read of torch's FR is followed by at least this many times its cost without one."""
+COST_FACTOR = 200
+"""A read of torch's FR is followed by at least this many times its cost without one: at
+most 0.5% of a core, the GIL held for at most that share of wall time."""
 MIN_INTERVAL_S = 1.0
 """The shortest time between two reads (the watch thread ticks faster)."""
 MAX_INTERVAL_S = 30.0
@@ -90,6 +91,10 @@ def torch_fr_entries() -> dict[str, list[dict[str, Any]]] | None:
         if isinstance(entries, list):
             found[name] = entries
     return found if found else None
+
+
+def _frozen(sizes: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(size) for size in sizes or ())
 
 
 def _group_name(entry: dict[str, Any]) -> str:
@@ -142,6 +147,7 @@ class FrMirror:
         groups: Callable[[], dict[str, Any]],
         describe: Callable[[Any], tuple[GroupInfo, int]],
         timeout_s: float | None,
+        hook_counters: Callable[[], dict[str, Callable[[], int]]] = dict,
         read: Callable[[], dict[str, list[dict[str, Any]]] | None] = torch_fr_entries,
     ) -> None:
         self.main = main
@@ -157,6 +163,8 @@ class FrMirror:
         """Group name -> process group object (torch's registry)."""
         self._describe = describe
         """Process group -> (its GroupInfo, its own timeout in ns)."""
+        self._hook_counters = hook_counters
+        """Group name -> the hooks' collective counter, for the groups they have seen."""
         self._timeout_s = timeout_s
         self._read = read
         self.stats = MirrorStats()
@@ -164,8 +172,9 @@ class FrMirror:
         """Main-ring records before it are in ``_hooked``."""
         self._hooked: dict[str, set[tuple[bool, int]]] = {}
         """Group name -> (is p2p, seq) the hooks recorded, newest first kept."""
-        self._covered: dict[str, int] = {}
-        """Group name -> the highest collective seq the two rings hold."""
+        self._read_upto: dict[str, int] = {}
+        """Group name -> every collective up to this seq is in one of the two rings (the
+        group's count at the last read, or later ones all hooked)."""
         self._last_fr_record: dict[str, int] = {}
         """Per FR source, the newest record id read."""
         self._pending: dict[tuple[str, int], _Pending] = {}
@@ -192,20 +201,33 @@ class FrMirror:
         return self.read()
 
     def _behind(self) -> bool:
-        """Does torch count ops in some group beyond what the rings hold?"""
+        """Has some group issued a collective since the last read that no hook recorded?
+        (A later hooked op does not vouch for the ones before it: a barrier after DDP's
+        bucket all-reduces.)"""
         counters = self._counters()
-        if all(seq <= self._covered.get(name, 0) for name, seq in counters.items()):
+        stale = {n: c for n, c in counters.items() if c > self._read_upto.get(n, 0)}
+        if not stale:
             return False
         self._scan_main()
-        return any(seq > self._covered.get(name, 0) for name, seq in counters.items())
+        for name, count in stale.items():
+            hooked = self._hooked.get(name, set())
+            start = self._read_upto.get(name, 0)
+            if any((False, seq) not in hooked for seq in range(start + 1, count + 1)):
+                return True
+            self._read_upto[name] = count
+        return False
 
     def _counters(self) -> dict[str, int]:
+        """Group name -> its collectives so far, in FR's numbering (the hooks' counter
+        where they know the group: gloo's own counts sends and receives too)."""
         found: dict[str, int] = {}
+        hooks = self._hook_counters()
         for name, pg in self._groups().items():
+            counter = hooks.get(name)
             try:
-                found[name] = int(pg._get_sequence_number_for_group())
+                found[name] = int(counter() if counter else pg._get_sequence_number_for_group())
             except Exception:  # a backend without one: only a read tells
-                found[name] = self._covered.get(name, 0) + 1
+                found[name] = self._read_upto.get(name, 0) + 1
         return found
 
     def _looks_overdue(self) -> bool:
@@ -237,8 +259,6 @@ class FrMirror:
             seqs = self._hooked.setdefault(name, set())
             is_p2p = slot[6] >= 0
             seqs.add((is_p2p, slot[3] if is_p2p else slot[2]))
-            if not is_p2p and slot[2] > self._covered.get(name, 0):
-                self._covered[name] = slot[2]
         self._cursor = end
 
     def read(self) -> str | None:
@@ -246,19 +266,23 @@ class FrMirror:
         an op is still running past its detection timeout."""
         started = time.perf_counter()
         try:
+            counters = self._counters()  # before the dump: it holds all these
             sources = self._read()
+            if sources is None:
+                return None
+            self._scan_main()  # after the dump: every hooked op of it is in the ring now
+            for source, entries in sources.items():
+                self._take(source, entries)
+            self._read_upto.update(counters)
+            self._prune()
         finally:
+            # the whole pass, not only torch's dump: turning entries into records is
+            # CPU this process spends too
             cost = time.perf_counter() - started
             self.stats.reads += 1
             self.stats.last_cost_s = cost
             self.stats.total_cost_s += cost
             self._next_read = time.monotonic() + self._interval()
-        if sources is None:
-            return None
-        self._scan_main()  # after the read: every hooked op of the dump is in the ring now
-        for source, entries in sources.items():
-            self._take(source, entries)
-        self._prune()
         now = time.time_ns()
         for key, pending in self._pending.items():
             if (
@@ -297,8 +321,6 @@ class FrMirror:
         is_p2p = bool(entry.get("is_p2p"))
         seq = int(entry.get("collective_seq_id") or 0)
         p2p_seq = int(entry.get("p2p_seq_id") or 0)
-        if not is_p2p and seq > self._covered.get(name, 0):
-            self._covered[name] = seq
         if (is_p2p, p2p_seq if is_p2p else seq) in self._hooked.get(name, ()):
             return
         group = self._group(name, entry)
@@ -349,8 +371,8 @@ class FrMirror:
         key = (
             op,
             backend,
-            json.dumps(entry.get("input_sizes")),
-            json.dumps(entry.get("output_sizes")),
+            _frozen(entry.get("input_sizes")),
+            _frozen(entry.get("output_sizes")),
             tuple(entry.get("input_dtypes") or ()),
             tuple(entry.get("output_dtypes") or ()),
             bool(entry.get("is_p2p")),
@@ -375,7 +397,7 @@ class FrMirror:
         keep = 4 * self.main.capacity
         for name, seqs in self._hooked.items():
             if len(seqs) > keep:
-                newest = self._covered.get(name, 0)
+                newest = self._read_upto.get(name, 0)
                 self._hooked[name] = {s for s in seqs if s[1] > newest - keep}
 
     def close(self) -> None:

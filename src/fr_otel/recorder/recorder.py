@@ -123,7 +123,7 @@ class Recorder:
             backend=backend,
         )
         self.capture.attach(self._writer)
-        self._mirror = _open_mirror(self._writer, settings)
+        self._mirror = _open_mirror(self._writer, settings, self.capture)
         self._connect(c10d)
         if settings.otlp is not None:
             from fr_otel.otel.transport import exporter_for
@@ -464,7 +464,7 @@ class Recorder:
                 mirror.close()
 
 
-def _open_mirror(writer: RingWriter, settings: RecorderSettings) -> Any:
+def _open_mirror(writer: RingWriter, settings: RecorderSettings, capture: Any) -> Any:
     """The mirror of torch's FR into the rank's torch ring, or None (said once) where it
     cannot be opened: the hooks' records still go out."""
     try:
@@ -478,6 +478,7 @@ def _open_mirror(writer: RingWriter, settings: RecorderSettings) -> Any:
             groups=torch_groups,
             describe=describe_group,
             timeout_s=settings.timeout_s,
+            hook_counters=lambda: capture.counters,
         )
     except Exception as exc:
         logger.warning(

@@ -1,0 +1,161 @@
+"""The FR mirror's bookkeeping (``fr_otel.recorder.frsource.FrMirror``): which of torch's
+entries it copies, when it reads, and when it calls an op overdue.
+
+Real rings; torch's side is a stand-in (a group object with a counter and a list of FR
+entries shaped as torch's JSON dump writes them), so each case is exact and fast. Real
+torch jobs exercise the same code in ``tests/integration/test_recorder_workloads.py``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fr_otel.recorder.frsource import FrMirror
+from fr_otel.recorder.ring import (
+    COMPLETED,
+    STARTED,
+    GroupInfo,
+    RingWriter,
+    Signature,
+    read_ring,
+    torch_ring_base,
+)
+
+INFO = GroupInfo(name="0", desc="default_pg", ranks=(0, 1), backend="gloo", timeout_ms=8000)
+
+
+class Torch:
+    """What the mirror asks of torch: a group's counter and the FR buffer."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.reads = 0
+
+    def _get_sequence_number_for_group(self) -> int:
+        return max((e["collective_seq_id"] for e in self.entries), default=0)
+
+    def issue(self, op: str, *, retired: bool = True, age_s: float = 0.0) -> int:
+        seq = self._get_sequence_number_for_group() + 1
+        self.entries.append(
+            {
+                "record_id": len(self.entries),
+                "process_group": ["0", "default_pg"],
+                "collective_seq_id": seq,
+                "p2p_seq_id": 0,
+                "op_id": seq,
+                "profiling_name": f"gloo:{op}",
+                "time_created_ns": time.time_ns() - int(age_s * 1e9),
+                "input_sizes": [[4]],
+                "output_sizes": [[4]],
+                "input_dtypes": ["Float"],
+                "output_dtypes": ["Float"],
+                "state": "scheduled",
+                "retired": retired,
+                "timeout_ms": 8000,
+                "is_p2p": False,
+            }
+        )
+        return seq
+
+    def read(self) -> dict[str, list[dict[str, Any]]]:
+        self.reads += 1
+        return {"_dump_fr_trace_json": [dict(e) for e in self.entries]}
+
+
+def _setup(tmp_path: Path) -> tuple[RingWriter, Torch, FrMirror]:
+    main = RingWriter(
+        tmp_path / "rank-000000", capacity=64, rank=0, world=2, job="j", backend="gloo"
+    )
+    torch = Torch()
+    mirror = FrMirror(
+        main=main,
+        base=torch_ring_base(main.base),
+        groups=lambda: {"0": torch},
+        describe=lambda pg: (INFO, 8 * 10**9),
+        timeout_s=None,
+        read=torch.read,
+    )
+    return main, torch, mirror
+
+
+def _hook(main: RingWriter, torch: Torch, op: str) -> None:
+    """A hooked call: the slot first, then torch's entry, as the wrapper does it."""
+    group = main.intern_group(("0", INFO.ranks), INFO)
+    sig = main.intern_signature(
+        op,
+        Signature(
+            op=op,
+            input_sizes=[[4]],
+            output_sizes=[[4]],
+            input_dtypes=["Float"],
+            output_dtypes=["Float"],
+            is_p2p=False,
+        ),
+    )
+    seq = torch._get_sequence_number_for_group() + 1
+    record = main.begin(group, seq, 0, sig, 0, -1, STARTED)
+    torch.issue(op)
+    main.finish(record, COMPLETED)
+
+
+def _mirrored(mirror: FrMirror) -> list[tuple[int, str, int]]:
+    contents = read_ring(mirror.ring.base, 0)
+    return [(s[2], contents.signatures[s[4]].op, s[9]) for s in contents.slots]
+
+
+def test_only_what_no_hook_recorded_is_copied(tmp_path: Path) -> None:
+    main, torch, mirror = _setup(tmp_path)
+    for _ in range(3):
+        torch.issue("all_reduce")  # DDP's buckets: from C++, no hook
+    _hook(main, torch, "barrier")  # then a hooked call
+    assert mirror.tick() is None
+    assert _mirrored(mirror) == [(s, "all_reduce", COMPLETED) for s in (1, 2, 3)]
+    assert mirror.stats.mirrored == 3
+    # nothing new: no read at all
+    reads = torch.reads
+    mirror._next_read = 0.0
+    assert mirror.tick() is None and torch.reads == reads
+
+
+def test_a_later_hooked_op_does_not_hide_the_unhooked_ones_before_it(tmp_path: Path) -> None:
+    main, torch, mirror = _setup(tmp_path)
+    _hook(main, torch, "all_reduce")
+    assert mirror.tick() is None  # all hooked: caught up without reading
+    assert torch.reads == 0
+    torch.issue("all_reduce")  # a bucket from C++
+    _hook(main, torch, "barrier")  # the newest seq is hooked, the one before is not
+    assert mirror.tick() is None
+    assert torch.reads == 1
+    assert _mirrored(mirror) == [(2, "all_reduce", COMPLETED)]
+
+
+def test_reads_are_spaced_by_their_cost(tmp_path: Path) -> None:
+    _main, torch, mirror = _setup(tmp_path)
+    torch.issue("all_reduce")
+    mirror.tick()
+    torch.issue("all_reduce")
+    mirror.tick()  # behind again, but within the interval after the first read
+    assert torch.reads == 1
+    mirror._next_read = 0.0
+    mirror.tick()
+    assert torch.reads == 2
+    assert [s for s, _, _ in _mirrored(mirror)] == [1, 2]
+
+
+def test_an_unhooked_op_running_past_its_timeout_is_overdue_once(tmp_path: Path) -> None:
+    _main, torch, mirror = _setup(tmp_path)
+    torch.issue("all_reduce", retired=False, age_s=7.0)  # 0.75 x 8 s = 6 s: overdue
+    assert mirror.tick() == "timeout"
+    assert _mirrored(mirror) == [(1, "all_reduce", STARTED)]
+    assert mirror.tick() is None  # said once
+    torch.entries[0]["retired"] = True  # it finished after all
+    mirror.read()
+    assert _mirrored(mirror) == [(1, "all_reduce", COMPLETED)]
+
+
+def test_an_unhooked_op_within_its_timeout_is_not_overdue(tmp_path: Path) -> None:
+    _main, torch, mirror = _setup(tmp_path)
+    torch.issue("all_reduce", retired=False, age_s=1.0)
+    assert mirror.tick() is None
+    assert _mirrored(mirror) == [(1, "all_reduce", STARTED)]
