@@ -718,6 +718,20 @@ def torch_fr_environment(
     return updates, warnings
 
 
+TORCH_FR_DEFAULT_BUFFER_SIZE = 2000
+"""torch's Flight Recorder default (FR format 2.10)."""
+
+
+def torch_fr_buffer_size(environ: Mapping[str, str] | None = None) -> int:
+    """How many entries torch's Flight Recorder keeps (its own variables, or its default)."""
+    env = _env(environ)
+    for variable in (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_TRACE_BUFFER_SIZE):
+        value = env.get(variable, "").strip()
+        if value.isdigit():
+            return int(value)
+    return TORCH_FR_DEFAULT_BUFFER_SIZE
+
+
 def torch_dump_prefix(environ: Mapping[str, str] | None = None) -> str | None:
     """The prefix torch writes its dump-on-timeout file to (the rank is appended)."""
     env = _env(environ)

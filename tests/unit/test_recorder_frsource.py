@@ -159,3 +159,31 @@ def test_an_unhooked_op_within_its_timeout_is_not_overdue(tmp_path: Path) -> Non
     torch.issue("all_reduce", retired=False, age_s=1.0)
     assert mirror.tick() is None
     assert _mirrored(mirror) == [(1, "all_reduce", STARTED)]
+
+
+def test_continuous_mode_reads_before_torch_overwrites_within_a_cost_cap(tmp_path: Path) -> None:
+    _, _, incident = _setup(tmp_path / "a")
+    main = RingWriter(
+        tmp_path / "b" / "rank-000000", capacity=64, rank=0, world=2, job="j", backend="gloo"
+    )
+    continuous = FrMirror(
+        main=main,
+        base=torch_ring_base(main.base),
+        groups=dict,
+        describe=lambda pg: (INFO, 8 * 10**9),
+        timeout_s=None,
+        read=Torch().read,
+        complete=True,
+        fr_capacity=2000,
+    )
+    for mirror in (incident, continuous):
+        mirror.stats.last_cost_s = 0.04  # a 2,000-entry dump here
+        mirror.rate = 100.0  # collectives a second
+    # incident mode: 200x the cost, whatever the rate (only the newest entries matter)
+    assert incident._interval() == 8.0
+    # continuous: before half of torch's buffer has turned over (10 s), cost-bound first
+    assert continuous._interval() == 8.0
+    continuous.rate = 400.0  # 2.5 s to turn half the buffer over
+    assert continuous._interval() == 2.5
+    continuous.rate = 4000.0  # faster than a 2% share of a core allows: the cap holds
+    assert continuous._interval() == 2.0

@@ -46,6 +46,13 @@ logger = logging.getLogger(__name__)
 COST_FACTOR = 200
 """A read of torch's FR is followed by at least this many times its cost without one: at
 most 0.5% of a core, the GIL held for at most that share of wall time."""
+COMPLETE_COST_FACTOR = 50
+"""In continuous mode, where every entry must become a span, reads come as often as torch's
+buffer needs (``WRAP_SHARE``), but never more often than this many times their cost: at
+most 2% of a core. Past that rate of C++ collectives, entries torch overwrote before a read
+are counted as missed."""
+WRAP_SHARE = 0.5
+"""Continuous mode reads again before torch has issued this share of its buffer."""
 MIN_INTERVAL_S = 1.0
 """The shortest time between two reads (the watch thread ticks faster)."""
 MAX_INTERVAL_S = 30.0
@@ -148,6 +155,8 @@ class FrMirror:
         describe: Callable[[Any], tuple[GroupInfo, int]],
         timeout_s: float | None,
         hook_counters: Callable[[], dict[str, Callable[[], int]]] = dict,
+        complete: bool = False,
+        fr_capacity: int = 2000,
         read: Callable[[], dict[str, list[dict[str, Any]]] | None] = torch_fr_entries,
     ) -> None:
         self.main = main
@@ -165,6 +174,13 @@ class FrMirror:
         """Process group -> (its GroupInfo, its own timeout in ns)."""
         self._hook_counters = hook_counters
         """Group name -> the hooks' collective counter, for the groups they have seen."""
+        self._complete = complete
+        """Continuous mode: every entry matters, not only the newest."""
+        self._fr_capacity = fr_capacity
+        """Entries torch's buffer holds (each of its recorders)."""
+        self._issued: tuple[float, int] | None = None
+        self.rate = 0.0
+        """Collectives per second, all groups (smoothed): how fast torch's buffer turns."""
         self._timeout_s = timeout_s
         self._read = read
         self.stats = MirrorStats()
@@ -193,6 +209,8 @@ class FrMirror:
         """One look (the watch's poll): read FR when it holds ops the rings lack, or to
         confirm an op that looks overdue. Returns ``"timeout"`` for an overdue op."""
         now = time.monotonic()
+        if self._complete:
+            self._measure_rate(now)
         overdue = self._looks_overdue()
         if now < self._next_read and not overdue:
             return None
@@ -237,11 +255,24 @@ class FrMirror:
             for fr, p in self._pending.items()
         )
 
+    def _measure_rate(self, now: float) -> None:
+        total = sum(self._counters().values())
+        if self._issued is not None and now > self._issued[0]:
+            latest = max(total - self._issued[1], 0) / (now - self._issued[0])
+            self.rate = latest if not self.rate else 0.7 * self.rate + 0.3 * latest
+        self._issued = (now, total)
+
     def _interval(self) -> float:
         ceiling = MAX_INTERVAL_S
         if self.shortest_timeout_ns:
             ceiling = min(ceiling, self.shortest_timeout_ns / 1e9 / DETECT_SHARE)
-        return min(max(MIN_INTERVAL_S, COST_FACTOR * self.stats.last_cost_s), ceiling)
+        cost = self.stats.last_cost_s
+        interval = COST_FACTOR * cost
+        if self._complete and self.rate > 0:
+            # before torch overwrites what was not read, within the cap
+            wrap = WRAP_SHARE * self._fr_capacity / self.rate
+            interval = max(min(interval, wrap), COMPLETE_COST_FACTOR * cost)
+        return min(max(MIN_INTERVAL_S, interval), ceiling)
 
     # --- what ------------------------------------------------------------------------------
 

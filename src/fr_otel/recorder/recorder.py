@@ -468,6 +468,7 @@ def _open_mirror(writer: RingWriter, settings: RecorderSettings, capture: Any) -
     """The mirror of torch's FR into the rank's torch ring, or None (said once) where it
     cannot be opened: the hooks' records still go out."""
     try:
+        from fr_otel.config import torch_fr_buffer_size
         from fr_otel.recorder.capture import describe_group, torch_groups
         from fr_otel.recorder.frsource import FrMirror
         from fr_otel.recorder.ring import torch_ring_base
@@ -479,6 +480,8 @@ def _open_mirror(writer: RingWriter, settings: RecorderSettings, capture: Any) -
             describe=describe_group,
             timeout_s=settings.timeout_s,
             hook_counters=lambda: capture.counters,
+            complete=settings.mode == "continuous",
+            fr_capacity=torch_fr_buffer_size(),
         )
     except Exception as exc:
         logger.warning(
