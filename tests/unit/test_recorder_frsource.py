@@ -179,10 +179,10 @@ def test_continuous_mode_reads_before_torch_overwrites_within_a_cost_cap(tmp_pat
     for mirror in (incident, continuous):
         mirror.stats.last_cost_s = 0.04  # a 2,000-entry dump here
         mirror.rate = 100.0  # collectives a second
-    # incident mode: 200x the cost, whatever the rate (only the newest entries matter)
-    assert incident._interval() == 8.0
-    # continuous: before half of torch's buffer has turned over (10 s), cost-bound first
-    assert continuous._interval() == 8.0
+    # incident mode: 400x the cost, whatever the rate (only the newest entries matter)
+    assert incident._interval() == 16.0
+    # continuous: before half of torch's buffer has turned over (10 s)
+    assert continuous._interval() == 10.0
     continuous.rate = 400.0  # 2.5 s to turn half the buffer over
     assert continuous._interval() == 2.5
     continuous.rate = 4000.0  # faster than a 2% share of a core allows: the cap holds

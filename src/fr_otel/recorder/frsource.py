@@ -43,9 +43,10 @@ from fr_otel.recorder.ring import (
 
 logger = logging.getLogger(__name__)
 
-COST_FACTOR = 200
+COST_FACTOR = 400
 """A read of torch's FR is followed by at least this many times its cost without one: at
-most 0.5% of a core, the GIL held for at most that share of wall time."""
+most 0.25% of a core, the GIL held for at most that share of wall time. (Between reads
+only the newest entries matter in incident mode: they are what a rank that dies leaves.)"""
 COMPLETE_COST_FACTOR = 50
 """In continuous mode, where every entry must become a span, reads come as often as torch's
 buffer needs (``WRAP_SHARE``), but never more often than this many times their cost: at
@@ -283,13 +284,10 @@ class FrMirror:
         if end == self._cursor:
             return
         names = self.main.group_names()
-        for slot in self.main.slots(self._cursor, end):
-            name = names.get(slot[1])
-            if name is None:
-                continue
-            seqs = self._hooked.setdefault(name, set())
-            is_p2p = slot[6] >= 0
-            seqs.add((is_p2p, slot[3] if is_p2p else slot[2]))
+        for group, is_p2p, seq in self.main.collective_keys(self._cursor, end):
+            name = names.get(group)
+            if name is not None:
+                self._hooked.setdefault(name, set()).add((is_p2p, seq))
         self._cursor = end
 
     def read(self) -> str | None:

@@ -301,6 +301,26 @@ class RingWriter:
                 found.append(slot)
         return found
 
+    def collective_keys(self, first_record: int, end: int) -> set[tuple[int, bool, int]]:
+        """(group, is p2p, seq) of records ``first_record`` to ``end`` the ring still holds:
+        the collective seq, or a point-to-point op's own. The watch asks a few times a
+        second: the slots are decoded by one ``iter_unpack`` per contiguous run."""
+        start = max(first_record, end - self.capacity, 0)
+        found: set[tuple[int, bool, int]] = set()
+        record = start
+        while record < end:
+            position = record % self.capacity
+            count = min(end - record, self.capacity - position)
+            offset = HEADER_SIZE + position * SLOT_SIZE
+            run = SLOT.iter_unpack(self._map[offset : offset + count * SLOT_SIZE])
+            found.update(
+                (s[1], s[6] >= 0, s[3] if s[6] >= 0 else s[2])
+                for s in run
+                if s[0] >= start and s[9] != EMPTY
+            )
+            record += count
+        return found
+
     def started(self, window: int) -> list[tuple[int, int, int]]:
         """(record, group, created ns) of the records still running (``STARTED``) among
         the newest ``window``. The watch asks a few times a second: the states are read as
