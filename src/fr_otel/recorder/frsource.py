@@ -24,7 +24,6 @@ Asking a group's counter costs 0.2-0.3 µs and holds nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -73,29 +72,33 @@ def detection_timeout_ns(group_timeout_ns: int, setting_s: float | None) -> int:
     return int(group_timeout_ns * DETECTION_SHARE)
 
 
-FR_SOURCES = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
+FR_SOURCES = ("_dump_fr_trace", "_dump_nccl_trace")
 """Torch keeps one Flight Recorder per event type: the generic one (gloo and other CPU
 backends) and NCCL's. A job with groups of both has entries in both, each numbered on its
-own (``record_id``)."""
+own (``record_id``). Their pickle dumps, without stack traces, are read: for 2,000 entries
+17-26 ms to dump and 7-10 ms to load here, against 47-53 ms and 9 ms for the JSON ones."""
 
 
 def torch_fr_entries() -> dict[str, list[dict[str, Any]]] | None:
-    """This process's FR entries (JSON dumps, no stack traces) by recorder, or None when
-    torch has none."""
+    """This process's FR entries (no stack traces) by recorder, or None when torch has
+    none. The dump is torch's own, of this process; it is still loaded by the restricted
+    unpickler that refuses every global, as every dump is."""
     try:
         from torch._C import _distributed_c10d as c10d_ext
     except ImportError:
         return None
+    from fr_otel.dumps.safe_pickle import loads_plain
+
     found: dict[str, list[dict[str, Any]]] = {}
     for name in FR_SOURCES:
         function: Any = getattr(c10d_ext, name, None)
         if function is None:
             continue
         try:
-            raw = function(includeCollectives=True, onlyActive=False)
+            raw = function(includeCollectives=True, includeStackTraces=False, onlyActive=False)
         except Exception:  # NCCL's recorder exists but this process has no NCCL group
             continue
-        entries = json.loads(raw).get("entries", []) if raw else []
+        entries = loads_plain(bytes(raw)).get("entries", []) if raw else []
         if isinstance(entries, list):
             found[name] = entries
     return found if found else None
@@ -202,6 +205,8 @@ class FrMirror:
         self._group_index: dict[str, int] = {}
         self._group_timeout: dict[str, int] = {}
         self._signatures: dict[Any, int] = {}
+        self._names: dict[str, tuple[str | None, str]] = {}
+        """FR profiling name -> (backend, op)."""
         self.shortest_timeout_ns = 0
 
     # --- when ------------------------------------------------------------------------------
@@ -330,46 +335,59 @@ class FrMirror:
             if first > last + 1:
                 self.stats.missed += first - last - 1
         newest = last
+        rows: list[tuple[int, ...]] = []
+        running: list[tuple[int, tuple[str, int], _Pending]] = []
         for entry in entries:
             fr_record = int(entry.get("record_id", -1))
-            pending = self._pending.get((source, fr_record))
-            if pending is not None:
-                if _fr_state(entry) == COMPLETED:
+            if fr_record <= last:
+                pending = self._pending.get((source, fr_record))
+                if pending is not None and _fr_state(entry) == COMPLETED:
                     completed = int(entry.get("time_discovered_completed_ns") or 0)
                     self.ring.finish(pending.record, COMPLETED, completed or None)
                     del self._pending[(source, fr_record)]
                 continue
-            if fr_record <= last:
-                continue
             newest = max(newest, fr_record)
-            self._mirror(entry, (source, fr_record))
+            row = self._row(entry)
+            if row is None:
+                continue
+            if row[-1] != COMPLETED:
+                running.append((len(rows), (source, fr_record), self._pending_of(entry, row)))
+            rows.append(row)
+        if rows:
+            first = self.ring.append(rows)
+            for offset, key, pending in running:
+                pending.record = first + offset
+                self._pending[key] = pending
+            self.stats.mirrored += len(rows)
         self._last_fr_record[source] = newest
 
-    def _mirror(self, entry: dict[str, Any], key: tuple[str, int]) -> None:
+    def _row(self, entry: dict[str, Any]) -> tuple[int, ...] | None:
+        """The torch ring's slot for an entry no hook recorded (None for a hooked one)."""
         name = _group_name(entry)
         is_p2p = bool(entry.get("is_p2p"))
         seq = int(entry.get("collective_seq_id") or 0)
         p2p_seq = int(entry.get("p2p_seq_id") or 0)
         if (is_p2p, p2p_seq if is_p2p else seq) in self._hooked.get(name, ()):
-            return
+            return None
         group = self._group(name, entry)
         if group is None:
-            return
-        signature = self._signature(entry)
+            return None
         state = _fr_state(entry)
         created = int(entry.get("time_created_ns") or 0) or time.time_ns()
-        record = self.ring.begin(group, seq, p2p_seq, signature, -1, -1, state, created)
+        done = 0
         if state == COMPLETED:
-            completed = int(entry.get("time_discovered_completed_ns") or 0)
             # gloo never says when an op ended: a span of no length, not an invented one
-            self.ring.finish(record, COMPLETED, completed or created)
-        else:
-            timeout = detection_timeout_ns(
-                int(entry.get("timeout_ms") or 0) * 1_000_000 or self._group_timeout.get(name, 0),
-                self._timeout_s,
-            )
-            self._pending[key] = _Pending(record, created, timeout)
-        self.stats.mirrored += 1
+            done = int(entry.get("time_discovered_completed_ns") or 0) or created
+        signature = self._signature(entry)
+        return (group, seq, p2p_seq, signature, -1, -1, created, done, state)
+
+    def _pending_of(self, entry: dict[str, Any], row: tuple[int, ...]) -> _Pending:
+        timeout = detection_timeout_ns(
+            int(entry.get("timeout_ms") or 0) * 1_000_000
+            or self._group_timeout.get(_group_name(entry), 0),
+            self._timeout_s,
+        )
+        return _Pending(-1, row[6], timeout)
 
     def _group(self, name: str, entry: dict[str, Any]) -> int | None:
         index = self._group_index.get(name)
@@ -394,12 +412,15 @@ class FrMirror:
         return index
 
     def _signature(self, entry: dict[str, Any]) -> int:
-        from fr_otel.dumps.parse import split_profiling_name
+        profiling_name = str(entry.get("profiling_name", ""))
+        named = self._names.get(profiling_name)
+        if named is None:
+            from fr_otel.dumps.parse import split_profiling_name
 
-        backend, op, _ = split_profiling_name(str(entry.get("profiling_name", "")))
+            named = self._names[profiling_name] = split_profiling_name(profiling_name)[:2]
+        backend, op = named
         key = (
-            op,
-            backend,
+            profiling_name,
             _frozen(entry.get("input_sizes")),
             _frozen(entry.get("output_sizes")),
             tuple(entry.get("input_dtypes") or ()),

@@ -272,6 +272,17 @@ class RingWriter:
         self.next_record = record + 1
         return record
 
+    def append(self, rows: list[tuple[int, ...]]) -> int:
+        """Write one slot per row (the slot's fields after the record id); return the
+        first record id. For a single writer thread, as ``begin``."""
+        first = self.next_record
+        pack, target, capacity = SLOT.pack_into, self._map, self.capacity
+        for record, row in enumerate(rows, first):
+            pack(target, HEADER_SIZE + (record % capacity) * SLOT_SIZE, record, *row)
+        # only now: a reader that sees the new count finds the slots written
+        self.next_record = first + len(rows)
+        return first
+
     def finish(self, record: int, state: int, done_ns: int | None = None) -> None:
         """Mark a record completed or failed, unless the ring has already reused its slot."""
         offset = HEADER_SIZE + (record % self.capacity) * SLOT_SIZE
