@@ -46,14 +46,22 @@ FAULTY = [
     ("functional", "skip"),
     ("pg_methods", "hang"),
     ("dtensor_tp", "hang"),
+    ("dtensor_tp", "skip"),
     ("fsdp2", "hang"),
+    ("fsdp2", "skip"),
     ("objects", "hang"),
+    ("objects", "skip"),
     ("mesh2d", "hang"),
     ("mesh2d", "skip"),
     ("pipelining", "hang"),
     ("compiled", "hang"),
+    ("compiled", "skip"),
     ("data_shuffle", "skip"),
 ]
+"""Not here, and why: ``pg_methods`` skip (its culprit dies of gloo's abort within half a
+second of its first collective, before the recorder has read torch's FR, so its rings are
+empty and the verdict is "No problems found" with rank 1 unknown) and ``pipelining`` skip
+(the analyzer blames the waiting rank 0 with ``p2p_unmatched``)."""
 HEALTHY = [
     "ddp",
     "functional",
