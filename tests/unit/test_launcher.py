@@ -99,3 +99,12 @@ def test_every_dead_ring_is_archived_although_the_collector_never_answers(
         f"rank-{r:06d}.parquet" for r in range(3)
     ]
     assert elapsed < 2 * settings.flush_deadline_s + 2, elapsed
+
+
+def test_a_command_ended_by_sigterm_exits_143(tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    script = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    code = main(
+        ["run", "--job", "term", "--archive", str(archive), "--", sys.executable, "-c", script]
+    )
+    assert code == 143

@@ -72,4 +72,6 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
             f" --job {settings.job} --incident {incident}",
             err=True,
         )
-    return result.returncode
+    # a command ended by a signal exits as a shell reports it: 128 + the signal (143 for
+    # SIGTERM), not the negative number subprocess gives (which the OS wraps to 241)
+    return 128 - result.returncode if result.returncode < 0 else result.returncode
