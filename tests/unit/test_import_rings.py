@@ -8,7 +8,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.cli import main
-from fr_otel.recorder.ring import COMPLETED, STARTED, GroupInfo, RingWriter, Signature, ring_base
+from fr_otel.recorder.ring import (
+    COMPLETED,
+    STARTED,
+    GroupInfo,
+    RingWriter,
+    Signature,
+    ring_base,
+    torch_ring_base,
+)
 
 GROUP = GroupInfo(name="0", desc="default_pg", ranks=(0, 1), backend="gloo", timeout_ms=5000)
 SIGNATURE = Signature(
@@ -61,3 +69,32 @@ def test_a_foreign_ring_file_is_named_and_the_rest_imported(
     assert code == 2
     assert "rank-000001.ring: unreadable" in capsys.readouterr().err
     assert (tmp_path / "a" / "job=train" / "incident=x" / "rank-000000.parquet").exists()
+
+
+def test_a_ranks_torch_ring_is_read_with_its_own_ring_once(tmp_path: Path) -> None:
+    """The FR mirror's ring (``_torch/rank-N``) holds what only torch saw: its records
+    join the rank's, and it is never imported as a rank of its own."""
+    rings = tmp_path / "_rings"
+    _ring(rings, 0, 3)
+    torch_ring = RingWriter(
+        torch_ring_base(ring_base(rings, "train", 0)),
+        capacity=8,
+        rank=0,
+        world=2,
+        job="train",
+        backend="gloo",
+    )
+    group = torch_ring.intern_group("g", GROUP)
+    signature = torch_ring.intern_signature("s", SIGNATURE)
+    for seq in (4, 5):  # DDP's buckets, say: no hook saw them
+        torch_ring.finish(torch_ring.begin(group, seq, 0, signature, -1, -1, STARTED), COMPLETED)
+    torch_ring.close()
+    archive = tmp_path / "archive"
+    assert main(["import", str(rings), "--archive", str(archive), "--incident", "i"]) == 0
+    rows = pq.read_table(archive / "job=train" / "incident=i").to_pylist()
+    assert sorted((r["rank"], r["collective_seq_id"]) for r in rows) == [
+        (0, s) for s in range(1, 6)
+    ]
+    assert [
+        r["call_site"] is not None for r in sorted(rows, key=lambda r: r["collective_seq_id"])
+    ] == [True, True, True, False, False]

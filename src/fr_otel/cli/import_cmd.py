@@ -147,17 +147,19 @@ def _import_rings(
     import pyarrow as pa
 
     from fr_otel.archive.rows import write_rows
-    from fr_otel.recorder.ring import read_ring
+    from fr_otel.recorder.ring import TORCH_RING_DIR, read_ring
     from fr_otel.recorder.table import ring_table
 
     target = config.archive_dir(archive)
     name = incident or time.strftime("%Y%m%dT%H%M%SZ-rings", time.gmtime())
     config.validate_partition_value("incident", name)
+    # a rank's torch ring (``_torch/``) is read with its own ring, never as a rank of its own
     bases = sorted(
         {
             p.with_suffix("")
             for path in paths
             for p in ([path] if path.is_file() else path.rglob("rank-*.ring"))
+            if p.parent.name != TORCH_RING_DIR
         }
     )
     tables, failed = [], 0
