@@ -76,6 +76,20 @@ HEALTHY = [
 ]
 
 
+def _torchrun(script: Path, ranks: int) -> list[str]:
+    """torchrun starting ``ranks`` ranks of ``script`` on a free port."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(ranks),
+        "--master-port",
+        str(free_port()),
+        str(script),
+    ]
+
+
 def _run(
     tmp_path: Path,
     family: str,
@@ -99,16 +113,7 @@ def _run(
     os.environ.update(env)
     log = tmp_path / "run.log"
     try:
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            str(WORLD.get(family, 3)),
-            "--master-port",
-            str(free_port()),
-            str(WORKLOADS / f"{family}.py"),
-        ]
+        command = _torchrun(WORKLOADS / f"{family}.py", WORLD.get(family, 3))
         with log.open("w") as out:
             stderr, sys.stderr = sys.stderr, out
             try:
@@ -287,16 +292,7 @@ def test_sigusr2_on_a_ddp_rank_archives_every_rank_and_training_goes_on(
     script = tmp_path / "train.py"
     script.write_text(_SIGNALLED_DDP)
     archive = tmp_path / "archive"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "3",
-        "--master-port",
-        str(free_port()),
-        str(script),
-    ]
+    command = _torchrun(script, 3)
     code = main(["run", "--job", "sig", "--archive", str(archive), "--", *command])
     assert code == 0
     [folder] = list((archive / "job=sig").glob("incident=*"))
@@ -334,16 +330,7 @@ def test_a_ddp_rank_killed_by_sigabrt_leaves_a_ring_with_its_cpp_collectives(
     script = tmp_path / "train.py"
     script.write_text(_ABORTED_DDP)
     archive = tmp_path / "archive"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "3",
-        "--master-port",
-        str(free_port()),
-        str(script),
-    ]
+    command = _torchrun(script, 3)
     code = main(["run", "--job", "abrt", "--archive", str(archive), "--", *command])
     assert code != 0
     [folder] = list((archive / "job=abrt").glob("incident=*"))
@@ -379,16 +366,7 @@ def test_install_in_the_script_records_a_ddp_hang_without_fr_otel_run(tmp_path: 
         "FR_OTEL_JOB": "inscript",
         "OMP_NUM_THREADS": "1",
     }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "3",
-        "--master-port",
-        str(free_port()),
-        str(script),
-    ]
+    command = _torchrun(script, 3)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode != 0
     [folder] = list((archive / "job=inscript").glob("incident=*"))
