@@ -18,7 +18,9 @@ class DumpError(FrOtelError):
     """
 
     def __init__(self, path: str | Path, problem: str, detail: str) -> None:
-        self.path = str(path)
+        from fr_otel.pathnames import printable
+
+        self.path = printable(path)
         self.problem = problem
         self.detail = detail
         super().__init__(f"{self.path}: {problem}: {detail}")

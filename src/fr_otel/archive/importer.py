@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -130,7 +131,7 @@ def default_incident(files: Iterable[DumpFile]) -> str:
     """
     digest = hashlib.sha256()
     for dump in sorted(files, key=lambda d: (d.rank if d.rank is not None else -1, str(d.path))):
-        digest.update(f"{dump.rank}:{dump.path.name}:".encode())
+        digest.update(f"{dump.rank}:".encode() + os.fsencode(dump.path.name) + b":")
         try:
             with dump.path.open("rb") as handle:
                 size = handle.seek(0, 2)

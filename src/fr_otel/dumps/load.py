@@ -9,6 +9,7 @@ from typing import BinaryIO
 from fr_otel.dumps.discover import DumpFile
 from fr_otel.dumps.parse import ParsedDump, decode_dump_stream, dump_to_table
 from fr_otel.errors import DumpError
+from fr_otel.pathnames import printable
 
 LoadedDump = ParsedDump
 
@@ -36,10 +37,10 @@ def load_dump_file(dump: DumpFile, *, job: str, incident: str) -> LoadedDump:
     with _open(dump.path) as handle:
         # the file's mtime is the best dump time a file can tell
         mtime_ns = os.fstat(handle.fileno()).st_mtime_ns
-        obj, fmt = decode_dump_stream(handle, str(dump.path))
+        obj, fmt = decode_dump_stream(handle, printable(dump.path))
     return dump_to_table(
         obj,
-        path=str(dump.path),
+        path=printable(dump.path),
         source_format=fmt,
         job=job,
         incident=incident,
