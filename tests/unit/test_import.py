@@ -221,9 +221,23 @@ def test_missing_last_gloo_rank_is_seen_through_all_gather_shapes(tmp_path: Path
     assert report.ok and report.missing_ranks == [3]
 
 
-def test_dump_with_no_entries_imports_as_a_rank_with_no_rows(tmp_path: Path) -> None:
+def test_dump_with_no_entries_is_named_and_its_rank_counts_as_missing(tmp_path: Path) -> None:
     write_json(tmp_path / "d" / "rank_0.json", fr_dump([]))
     write_pickle(tmp_path / "d" / "rank_1", two_rank_dumps()[1])
     report = import_dumps([tmp_path / "d"], archive=tmp_path / "arc", incident="x")
-    assert report.ok and report.ranks == [0, 1] and report.entries == 3
+    assert report.ok and report.ranks == [1] and report.entries == 3
+    assert 0 in report.missing_ranks
+    [(path, warning)] = report.warnings
+    assert path.endswith("rank_0.json") and "no entries" in warning
     assert _rows(tmp_path / "arc") == [("default", "x", 1, 3)]
+
+
+def test_an_unknown_format_version_is_read_with_a_warning(tmp_path: Path) -> None:
+    dumps = two_rank_dumps()
+    dumps[0]["version"] = "99.1"
+    write_pickle(tmp_path / "d" / "rank_0", dumps[0])
+    write_pickle(tmp_path / "d" / "rank_1", dumps[1])
+    report = import_dumps([tmp_path / "d"], archive=tmp_path / "arc", incident="x")
+    assert report.ok and report.ranks == [0, 1]
+    [(path, warning)] = report.warnings
+    assert path.endswith("rank_0") and "version 99.1" in warning

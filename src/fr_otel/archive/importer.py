@@ -33,6 +33,7 @@ from fr_otel.dumps.membership import (
 )
 from fr_otel.dumps.parse import GroupSeen
 from fr_otel.errors import ArchiveError, DumpError
+from fr_otel.pathnames import printable
 
 ProgressCallback = Callable[[int, int], None]
 """Called with (files done, files total) as the import goes."""
@@ -53,6 +54,8 @@ class ImportReport:
     groups: int = 0
     missing_ranks: list[int] = field(default_factory=list)
     problems: list[DumpError] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    """(file, what) for what was imported but cannot be vouched for."""
     files_written: list[Path] = field(default_factory=list)
     twins_skipped: list[Path] = field(default_factory=list)
     """Same buffer in a second encoding (``rank_3`` and ``rank_3.json``): one kept, pickle first."""
@@ -101,6 +104,7 @@ class _Outcome:
     groups: dict[str, GroupSeen] = field(default_factory=dict)
     incomplete_membership: bool = False
     archive_error: ArchiveError | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def _load_and_stage(task: _Task) -> _Outcome:
@@ -120,6 +124,7 @@ def _load_and_stage(task: _Task) -> _Outcome:
         source_format=parsed.source_format,
         groups=parsed.groups,
         incomplete_membership=needs_membership(parsed.table),
+        warnings=parsed.warnings,
     )
 
 
@@ -245,7 +250,10 @@ def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportRepor
                 restaged = write_staged(table, outcome.task.final)
                 discard_staged(outcome.staged)
                 outcome.staged = restaged
-        report.missing_ranks.extend(sorted(expected_ranks(memberships.values()) - set(members)))
+        # a dump without entries is a rank whose buffer is missing
+        empty = {rank for rank, outcome in members.items() if outcome.rows == 0}
+        expected = expected_ranks(memberships.values()) | empty
+        report.missing_ranks.extend(sorted(expected - (set(members) - empty)))
         report.groups += len(memberships)
 
 
@@ -303,17 +311,25 @@ def import_dumps(
                 discard_staged(outcome.staged)
                 outcome.staged = None
         _fill_memberships(kept, report)
+        report.warnings.extend(
+            (printable(o.task.dump.path), w) for o in kept.values() for w in o.warnings
+        )
+        report.warnings.sort()
         report.problems.sort(key=lambda e: e.path)
         if strict and report.problems:
             report.strict_aborted = True
             return report
         for outcome in sorted(kept.values(), key=lambda o: str(o.task.final)):
             assert outcome.staged is not None
+            if outcome.rows == 0:  # a buffer without entries: the rank stays missing
+                discard_staged(outcome.staged)
+                outcome.staged = None
+                continue
             commit_staged(outcome.staged, outcome.task.final)
             outcome.staged = None
             report.files_written.append(outcome.task.final)
             report.entries += outcome.rows
-        report.ranks = sorted({rank for _, rank in kept})
+        report.ranks = sorted({rank for (_, rank), o in kept.items() if o.rows})
         report.incidents = sorted({incident for incident, _ in kept})
         for incident in report.incidents:
             _write_manifest(archive_path, job_value, incident, report)

@@ -94,6 +94,8 @@ def import_(
             bar.close()
     for problem in report.problems:
         click.echo(f"fr-otel: {problem.path}: {problem.problem}: {problem.detail}", err=True)
+    for path, warning in report.warnings:
+        click.echo(f"fr-otel: {path}: warning: {warning}", err=True)
     click.echo(report.summary())
     return EXIT_OK if report.ok else EXIT_BAD_INPUT
 

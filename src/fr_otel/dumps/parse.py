@@ -62,6 +62,26 @@ class ParsedDump:
     groups: dict[str, GroupSeen] = field(default_factory=dict)
     record_id_span: tuple[int, int, int] = (0, -1, -1)
     """(count, first, last) record ids: equal spans mean the same buffer in two encodings."""
+    warnings: list[str] = field(default_factory=list)
+    """What the reader read but cannot vouch for (an unknown format version, no entries)."""
+
+
+KNOWN_VERSIONS = ("2.3", "2.10")
+"""The oldest and newest FR format versions this reader was checked against."""
+
+
+def version_warning(version: str | None) -> str | None:
+    """Why a dump's ``version`` cannot be vouched for, or None."""
+    if version is None:
+        return "it names no FR format version: read as 2.10"
+    major, _, minor = version.partition(".")
+    if major == "2" and minor.isdigit() and 3 <= int(minor) <= 10:
+        return None
+    return (
+        f"FR format version {version} is not one this reader knows"
+        f" ({KNOWN_VERSIONS[0]} to {KNOWN_VERSIONS[1]}): read as 2.10, fields it adds are"
+        " ignored"
+    )
 
 
 def sniff_format(head: bytes) -> str | None:
@@ -357,11 +377,20 @@ def dump_to_table(
             if key not in entry:
                 raise DumpError(path, "corrupt", f"entry {index} has no '{key}' field")
     try:
-        return _build(
+        parsed = _build(
             dump, entries, path, source_format, job, incident, rank, dump_time_ns, version
         )
     except (TypeError, ValueError, IndexError, pa.ArrowException) as exc:
         raise DumpError(path, "corrupt", f"unexpected field contents ({exc})") from None
+    warning = version_warning(version)
+    if warning is not None:
+        parsed.warnings.append(warning)
+    if not entries:
+        parsed.warnings.append(
+            "it holds no entries (FR off, or dumped without collectives): its rank counts"
+            " as missing"
+        )
+    return parsed
 
 
 def _build(
