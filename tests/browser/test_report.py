@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from fr_otel.cli import main
+from fr_otel.errors import ArchiveError
 from fr_otel.report.build import build_report
 from fr_otel.report.html import render_html
 from fr_otel.sim import FAULT_KINDS, FleetSpec, simulate, write_fleet
@@ -246,16 +247,14 @@ def test_text_from_a_dump_cannot_inject_markup(tmp_path: Path, open_report: Any)
     assert dialogs == []
 
 
-def test_dumps_without_entries_still_make_a_page(tmp_path: Path, open_report: Any) -> None:
+def test_dumps_without_entries_make_no_healthy_page(tmp_path: Path) -> None:
+    """Buffers with no entry are no evidence, not a healthy job: no page says "No problems
+    found" for them, the reason is given instead (``fr-otel analyze`` exits 2 with it)."""
     folder = tmp_path / "dumps"
     for rank in (0, 1):
         write_pickle(folder / f"nccl_trace_rank_{rank}", fr_dump([]))
-    page, report = _write(tmp_path, folder, "empty")
-    assert report.grid.cells["row"] == []
-    opened = open_report(page)
-    _assert_clean_load(opened, page)
-    assert opened.page.inner_text("#verdict h2") == "No problems found"
-    assert opened.frame()["drawnCells"] == 0
+    with pytest.raises(ArchiveError, match="none of its 2 Flight Recorder dump"):
+        _write(tmp_path, folder, "empty")
 
 
 def test_a_rank_without_a_dump_is_unknown_in_the_grid(tmp_path: Path, open_report: Any) -> None:

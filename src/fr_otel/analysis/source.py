@@ -137,6 +137,12 @@ def open_source(
             if not report.files_written:
                 if problems:
                     raise problems[0]
+                if report.warnings:  # dumps, but not one with an entry: no evidence at all
+                    raise ArchiveError(
+                        f"{path}: none of its {len(report.warnings)} Flight Recorder dump(s)"
+                        " holds an entry (FR off, or dumped without collectives): nothing to"
+                        " analyse"
+                    )
                 raise ArchiveError(f"{path}: no Flight Recorder dumps or archive found there")
             job = incident = None  # the temporary archive holds exactly this import
         chosen = pick_incident(archive, job, incident)
