@@ -250,7 +250,6 @@ class RingWriter:
         site: int,
         peer: int,
         state: int,
-        created_ns: int | None = None,
     ) -> int:
         """Write a new slot; return its record id (``finish`` takes it)."""
         record = self.next_record
@@ -264,7 +263,7 @@ class RingWriter:
             signature,
             site,
             peer,
-            time.time_ns() if created_ns is None else created_ns,
+            time.time_ns(),
             0,
             state,
         )
