@@ -215,20 +215,20 @@ class FrMirror:
         """One look (the watch's poll): read FR when it holds ops the rings lack, or to
         confirm an op that looks overdue. Returns ``"timeout"`` for an overdue op."""
         now = time.monotonic()
-        if self._complete:
-            self._measure_rate(now)
-        overdue = self._looks_overdue()
+        counters = self._counters() if self._complete else None
+        if counters is not None:
+            self._measure_rate(now, counters)
+        overdue = self._overdue() is not None
         if now < self._next_read and not overdue:
             return None
-        if not overdue and not self._behind():
+        if not overdue and not self._behind(counters or self._counters()):
             return None
         return self.read()
 
-    def _behind(self) -> bool:
+    def _behind(self, counters: dict[str, int]) -> bool:
         """Has some group issued a collective since the last read that no hook recorded?
         (A later hooked op does not vouch for the ones before it: a barrier after DDP's
         bucket all-reduces.)"""
-        counters = self._counters()
         stale = {n: c for n, c in counters.items() if c > self._read_upto.get(n, 0)}
         if not stale:
             return False
@@ -254,15 +254,22 @@ class FrMirror:
                 found[name] = self._read_upto.get(name, 0) + 1
         return found
 
-    def _looks_overdue(self) -> bool:
+    def _overdue(self) -> tuple[str, int] | None:
+        """An op still running past its detection timeout, not reported yet."""
         now = time.time_ns()
-        return any(
-            p.timeout_ns and now - p.created_ns > p.timeout_ns and fr not in self._overdue_seen
-            for fr, p in self._pending.items()
+        return next(
+            (
+                key
+                for key, p in self._pending.items()
+                if p.timeout_ns
+                and now - p.created_ns > p.timeout_ns
+                and key not in self._overdue_seen
+            ),
+            None,
         )
 
-    def _measure_rate(self, now: float) -> None:
-        total = sum(self._counters().values())
+    def _measure_rate(self, now: float, counters: dict[str, int]) -> None:
+        total = sum(counters.values())
         if self._issued is not None and now > self._issued[0]:
             latest = max(total - self._issued[1], 0) / (now - self._issued[0])
             self.rate = latest if not self.rate else 0.7 * self.rate + 0.3 * latest
@@ -317,16 +324,11 @@ class FrMirror:
             self.stats.last_cost_s = cost
             self.stats.total_cost_s += cost
             self._next_read = time.monotonic() + self._interval()
-        now = time.time_ns()
-        for key, pending in self._pending.items():
-            if (
-                pending.timeout_ns
-                and now - pending.created_ns > pending.timeout_ns
-                and key not in self._overdue_seen
-            ):
-                self._overdue_seen.add(key)
-                return "timeout"
-        return None
+        overdue = self._overdue()
+        if overdue is None:
+            return None
+        self._overdue_seen.add(overdue)
+        return "timeout"
 
     def _take(self, source: str, entries: list[dict[str, Any]]) -> None:
         last = self._last_fr_record.get(source, -1)
