@@ -8,39 +8,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.cli import main
-from fr_otel.recorder.ring import (
-    COMPLETED,
-    STARTED,
-    GroupInfo,
-    RingWriter,
-    Signature,
-    ring_base,
-    torch_ring_base,
-)
-
-GROUP = GroupInfo(name="0", desc="default_pg", ranks=(0, 1), backend="gloo", timeout_ms=5000)
-SIGNATURE = Signature(
-    op="all_reduce",
-    input_sizes=[[8]],
-    output_sizes=[[8]],
-    input_dtypes=["Float"],
-    output_dtypes=["Float"],
-    is_p2p=False,
-)
+from fr_otel.recorder.ring import ring_base, torch_ring_base
+from tests.rings import write_ring
 
 
 def _ring(rings: Path, rank: int, records: int) -> None:
-    writer = RingWriter(
-        ring_base(rings, "train", rank), capacity=8, rank=rank, world=2, job="train", backend="gloo"
+    write_ring(
+        ring_base(rings, "train", rank),
+        rank=rank,
+        world=2,
+        job="train",
+        seqs=range(1, records + 1),
+        running_last=True,
+        site=("step", "/job/train.py", 12),
     )
-    group = writer.intern_group("g", GROUP)
-    signature = writer.intern_signature("s", SIGNATURE)
-    site = writer.intern_site("x", [("step", "/job/train.py", 12)])
-    for seq in range(1, records + 1):
-        record = writer.begin(group, seq, 0, signature, site, -1, STARTED)
-        if seq < records:
-            writer.finish(record, COMPLETED)
-    writer.close()
 
 
 def test_rings_import_under_their_job_and_one_incident(tmp_path: Path) -> None:
@@ -76,19 +57,10 @@ def test_a_ranks_torch_ring_is_read_with_its_own_ring_once(tmp_path: Path) -> No
     join the rank's, and it is never imported as a rank of its own."""
     rings = tmp_path / "_rings"
     _ring(rings, 0, 3)
-    torch_ring = RingWriter(
-        torch_ring_base(ring_base(rings, "train", 0)),
-        capacity=8,
-        rank=0,
-        world=2,
-        job="train",
-        backend="gloo",
+    # DDP's buckets, say: no hook saw them
+    write_ring(
+        torch_ring_base(ring_base(rings, "train", 0)), rank=0, world=2, job="train", seqs=(4, 5)
     )
-    group = torch_ring.intern_group("g", GROUP)
-    signature = torch_ring.intern_signature("s", SIGNATURE)
-    for seq in (4, 5):  # DDP's buckets, say: no hook saw them
-        torch_ring.finish(torch_ring.begin(group, seq, 0, signature, -1, -1, STARTED), COMPLETED)
-    torch_ring.close()
     archive = tmp_path / "archive"
     assert main(["import", str(rings), "--archive", str(archive), "--incident", "i"]) == 0
     rows = pq.read_table(archive / "job=train" / "incident=i").to_pylist()

@@ -8,7 +8,6 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,14 +15,8 @@ from fr_otel import config
 from fr_otel.archive.layout import partition_dir
 from fr_otel.cli import main
 from fr_otel.recorder.launcher import finish
-from fr_otel.recorder.ring import (
-    COMPLETED,
-    STARTED,
-    GroupInfo,
-    RingWriter,
-    Signature,
-    ring_base,
-)
+from fr_otel.recorder.ring import ring_base
+from tests.rings import write_ring
 
 
 def test_a_job_that_fails_before_any_group_gets_an_empty_incident_with_its_reason(
@@ -38,33 +31,6 @@ def test_a_job_that_fails_before_any_group_gets_an_empty_incident_with_its_reaso
     err = capsys.readouterr().err
     assert "-launcher-job_failed is empty: no rank of this run opened a ring" in err, err
     assert not list(archive.glob("job=early/incident=*"))
-
-
-def _dead_ring(settings: Any, rank: int, world: int) -> None:
-    """A ring as a rank killed outright leaves it: written, then unlocked."""
-    base = ring_base(settings.rings, settings.job, rank)
-    writer = RingWriter(base, capacity=64, rank=rank, world=world, job=settings.job, backend="gloo")
-    group = writer.intern_group(
-        ("0", tuple(range(world))),
-        GroupInfo(
-            name="0", desc="default_pg", ranks=tuple(range(world)), backend="gloo", timeout_ms=1000
-        ),
-    )
-    signature = writer.intern_signature(
-        "ar",
-        Signature(
-            op="all_reduce",
-            input_sizes=[[4]],
-            output_sizes=[[4]],
-            input_dtypes=["Float"],
-            output_dtypes=["Float"],
-            is_p2p=False,
-        ),
-    )
-    for seq in range(1, 6):
-        record = writer.begin(group, seq, 0, signature, -1, -1, STARTED)
-        writer.finish(record, COMPLETED)
-    writer.close()
 
 
 def test_every_dead_ring_is_archived_although_the_collector_never_answers(
@@ -87,7 +53,8 @@ def test_every_dead_ring_is_archived_although_the_collector_never_answers(
         assert settings.otlp is not None
         started = time.time_ns()
         for rank in range(3):
-            _dead_ring(settings, rank, 3)
+            base = ring_base(settings.rings, settings.job, rank)
+            write_ring(base, rank=rank, world=3, job=settings.job, seqs=range(1, 6))
         began = time.monotonic()
         result = finish(settings, 1, started)
         elapsed = time.monotonic() - began

@@ -1,0 +1,48 @@
+"""Recorder ring files written as a rank leaves them, for tests of what reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from fr_otel.recorder.ring import COMPLETED, STARTED, GroupInfo, RingWriter, Signature
+
+
+def write_ring(
+    base: Path,
+    *,
+    rank: int,
+    world: int,
+    job: str,
+    seqs: Iterable[int],
+    running_last: bool = False,
+    site: tuple[str, str, int] | None = None,
+    capacity: int = 8,
+) -> None:
+    """One all_reduce of 8 floats in the default group per sequence number, completed
+    (the last one still running with ``running_last``), then the ring closed: unlocked,
+    as a rank that died leaves it."""
+    ranks = tuple(range(world))
+    writer = RingWriter(base, capacity=capacity, rank=rank, world=world, job=job, backend="gloo")
+    group = writer.intern_group(
+        ("0", ranks),
+        GroupInfo(name="0", desc="default_pg", ranks=ranks, backend="gloo", timeout_ms=5000),
+    )
+    signature = writer.intern_signature(
+        "all_reduce",
+        Signature(
+            op="all_reduce",
+            input_sizes=[[8]],
+            output_sizes=[[8]],
+            input_dtypes=["Float"],
+            output_dtypes=["Float"],
+            is_p2p=False,
+        ),
+    )
+    site_index = writer.intern_site(site, [site]) if site is not None else -1
+    numbers = list(seqs)
+    for seq in numbers:
+        record = writer.begin(group, seq, 0, signature, site_index, -1, STARTED)
+        if not (running_last and seq == numbers[-1]):
+            writer.finish(record, COMPLETED)
+    writer.close()
