@@ -317,19 +317,24 @@ class RingWriter:
         second: the slots are decoded by one ``iter_unpack`` per contiguous run."""
         start = max(first_record, end - self.capacity, 0)
         found: set[tuple[int, bool, int]] = set()
-        record = start
-        while record < end:
-            position = record % self.capacity
-            count = min(end - record, self.capacity - position)
-            offset = HEADER_SIZE + position * SLOT_SIZE
+        for _, count, offset in self._runs(start, end):
             run = SLOT.iter_unpack(self._map[offset : offset + count * SLOT_SIZE])
             found.update(
                 (s[1], s[6] >= 0, s[3] if s[6] >= 0 else s[2])
                 for s in run
                 if s[0] >= start and s[9] != EMPTY
             )
-            record += count
         return found
+
+    def _runs(self, first_record: int, end: int) -> Iterator[tuple[int, int, int]]:
+        """(first record, count, byte offset) of each contiguous run of slots holding
+        records ``first_record`` to ``end`` (two runs where the ring wraps)."""
+        record = first_record
+        while record < end:
+            position = record % self.capacity
+            count = min(end - record, self.capacity - position)  # up to the ring's end
+            yield record, count, HEADER_SIZE + position * SLOT_SIZE
+            record += count
 
     def started(self, window: int) -> list[tuple[int, int, int]]:
         """(record, group, created ns) of the records still running (``STARTED``) among
@@ -338,18 +343,14 @@ class RingWriter:
         end = self.next_record
         record = max(end - window, 0)
         found = []
-        while record < end:
-            position = record % self.capacity
-            count = min(end - record, self.capacity - position)  # up to the ring's end
-            offset = HEADER_SIZE + position * SLOT_SIZE
+        for first, count, offset in self._runs(record, end):
             states = self._map[offset + STATE_OFFSET : offset + count * SLOT_SIZE : SLOT_SIZE]
             index = states.find(_STARTED_BYTE)
             while index >= 0:
                 slot = SLOT.unpack_from(self._map, offset + index * SLOT_SIZE)
-                if slot[0] == record + index and slot[9] == STARTED:
+                if slot[0] == first + index and slot[9] == STARTED:
                     found.append((slot[0], slot[1], slot[7]))
                 index = states.find(_STARTED_BYTE, index + 1)
-            record += count
         return found
 
     def snapshot(self, first_record: int = 0, end: int | None = None) -> RingContents:
