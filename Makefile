@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards chromium
 
-$(STAMP): requirements-dev.txt pyproject.toml setup.py src/fr_otel/recorder/_fasthook.c
+$(STAMP): requirements-dev.txt pyproject.toml setup.py src/fr_otel/recorder/_fasthook.c src/fr_otel/recorder/_lastgasp.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt

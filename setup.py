@@ -1,7 +1,9 @@
-"""Build hook for the recorder's optional C wrapper; everything else is in pyproject.toml.
+"""Build hook for the recorder's optional C extensions; everything else is in pyproject.toml.
 
-The extension is optional: where it cannot be compiled (no compiler, Python 3.10, another
-interpreter) the install still succeeds and the recorder uses its Python wrapper.
+Both are optional: where one cannot be compiled (no compiler, Python 3.10, another
+interpreter) the install still succeeds. Without ``_fasthook`` the recorder uses its Python
+wrapper; without ``_lastgasp`` a rank that dies of SIGABRT keeps only what the recorder had
+copied from torch's Flight Recorder before.
 """
 
 import platform
@@ -15,14 +17,14 @@ fast_path = (
     and platform.python_implementation() == "CPython"
     and not sysconfig.get_config_var("Py_GIL_DISABLED")  # it relies on the GIL
 )
-setup(
-    ext_modules=[
-        Extension(
-            "fr_otel.recorder._fasthook",
-            ["src/fr_otel/recorder/_fasthook.c"],
-            optional=True,
-        )
-    ]
-    if fast_path
-    else []
-)
+last_gasp = platform.python_implementation() == "CPython" and sys.platform != "win32"
+extensions = []
+if fast_path:
+    extensions.append(
+        Extension("fr_otel.recorder._fasthook", ["src/fr_otel/recorder/_fasthook.c"], optional=True)
+    )
+if last_gasp:
+    extensions.append(
+        Extension("fr_otel.recorder._lastgasp", ["src/fr_otel/recorder/_lastgasp.c"], optional=True)
+    )
+setup(ext_modules=extensions)

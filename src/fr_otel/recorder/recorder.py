@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import importlib
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -79,6 +80,8 @@ class Recorder:
         self._listener: threading.Thread | None = None
         self._latest: tuple[str, float] | None = None
         """The last incident this rank flushed, and when (monotonic)."""
+        self._last_gasp = False
+        """Whether SIGABRT calls ``aborted`` first (``_lastgasp`` installed)."""
         from fr_otel.recorder.capture import Capture
 
         self.capture = Capture(self, settings.stack_depth)
@@ -158,6 +161,7 @@ class Recorder:
         )
         self._watch.start()
         _chain_exception_hooks(self)
+        self._last_gasp = _install_last_gasp(self)
         atexit.register(self.close)
         # pay for the flush path's imports now, not during an incident
         threading.Thread(target=_preload, name="fr_otel-preload", daemon=True).start()
@@ -212,6 +216,12 @@ class Recorder:
         if self._writer is None or isinstance(exc, KeyboardInterrupt | SystemExit):
             return
         self._flush_job("uncaught_exception")
+
+    def aborted(self) -> None:
+        """SIGABRT is ending this process (``std::terminate`` in a backend thread, a fatal
+        check): called in the aborting thread, bounded by an alarm; flush it all."""
+        if self._writer is not None:
+            self._flush_job("aborted")
 
     def _running(self) -> list[tuple[int, int, int]]:
         """(record, created ns, timeout ns) of the newest ops still running."""
@@ -431,6 +441,11 @@ class Recorder:
         atexit.unregister(self.close)
         if self._watch is not None:
             self._watch.stop()
+        if self._last_gasp:
+            from fr_otel.recorder import _lastgasp
+
+            _lastgasp.uninstall()
+            self._last_gasp = False
         if self._listener is not None and self._listener is not threading.current_thread():
             self._listener.join(timeout=self.settings.flush_deadline_s)
         if self._flush_lock.acquire(timeout=self.settings.flush_deadline_s):
@@ -513,6 +528,22 @@ def _chain_exception_hooks(recorder: Recorder) -> None:
         previous_thread(args)
 
     threading.excepthook = thread_excepthook
+
+
+def _install_last_gasp(recorder: Recorder) -> bool:
+    """Flush before a SIGABRT ends the rank. The flush of an aborting rank is bounded like
+    any other (its own flush and the wait for the job, a deadline each), and the alarm
+    behind it by a second more: after that the process dies as it would have."""
+    try:
+        from fr_otel.recorder import _lastgasp
+    except ImportError:  # not compiled here: what the mirror read before is what is left
+        return False
+    limit = math.ceil(2 * recorder.settings.flush_deadline_s) + 1
+    try:
+        return _lastgasp.install(recorder.aborted, limit)
+    except OSError as exc:
+        logger.info("fr_otel: no flush on SIGABRT: %r", exc)
+        return False
 
 
 def _torch_dump_file(rank: int) -> Path | None:
