@@ -148,7 +148,7 @@ class Recorder:
                     name="fr_otel-export-torch",
                 )
                 self._mirror_stream.start()
-        from fr_otel.recorder.triggers import Watch, end_by_signal
+        from fr_otel.recorder.triggers import Watch
 
         self._watch = Watch(
             running=self._running,
@@ -157,7 +157,7 @@ class Recorder:
             signal_name=settings.trigger_signal,
             on_incident=self.declare,
             tick=self._mirror_tick if self._mirror is not None else None,
-            on_terminate=end_by_signal,
+            on_terminate=self._end_by_signal,
         )
         self._watch.start()
         _chain_exception_hooks(self)
@@ -216,6 +216,18 @@ class Recorder:
         if self._writer is None or isinstance(exc, KeyboardInterrupt | SystemExit):
             return
         self._flush_job("uncaught_exception")
+
+    def _end_by_signal(self, number: int) -> None:
+        """The launcher's SIGTERM, once this rank's incident is declared: end by it, but
+        not before a flush in progress in another thread (the training thread's, after its
+        collective raised) has written its archive. Joining that incident returns at once,
+        and ending then lost every rank's evidence when torchrun's SIGTERM came 0.1 s
+        after the failure."""
+        from fr_otel.recorder.triggers import end_by_signal
+
+        if self._flush_lock.acquire(timeout=self.settings.flush_deadline_s):
+            self._flush_lock.release()
+        end_by_signal(number)
 
     def aborted(self) -> None:
         """SIGABRT is ending this process (``std::terminate`` in a backend thread, a fatal
