@@ -504,6 +504,16 @@ to leave signals alone). Only installed when the signal has no handler yet."""
 FR_OTEL_DISABLE = "FR_OTEL_DISABLE"
 """``1`` makes ``install()`` and ``fr-otel run`` do nothing (a kill switch for launchers)."""
 
+FR_OTEL_RUN_ID = "FR_OTEL_RUN_ID"
+"""The launch this rank belongs to: one id shared by every rank of one run of the job.
+Default: torchrun's ``TORCHELASTIC_RUN_ID`` when it is not torchrun's default ``none``,
+else one ``fr-otel run`` makes for its command, else one rank 0 makes and shares through
+the job's store. It keeps two runs of one job name apart: their ring folders, incident
+ids, archive rows and span and trace ids (``fr_otel.otel.model``)."""
+
+TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
+"""torchrun's ``--rdzv-id`` (``none`` unless given; ``--standalone`` makes a random one)."""
+
 FR_OTEL_PURE_PYTHON = "FR_OTEL_PURE_PYTHON"
 """``1``: record collectives with the Python wrapper even where the compiled one was built
 (to rule it out when something looks wrong; it costs more CPU per call)."""
@@ -519,6 +529,7 @@ RECORDER_VARIABLES: tuple[str, ...] = (
     FR_OTEL_TRIGGER_SIGNAL,
     FR_OTEL_DISABLE,
     FR_OTEL_PURE_PYTHON,
+    FR_OTEL_RUN_ID,
 )
 
 ALL_VARIABLES = ALL_VARIABLES + RECORDER_VARIABLES
@@ -549,6 +560,8 @@ class RecorderSettings:
     ring_dir: Path | None = None
     """None: ``<archive>/_rings``."""
     job: str = DEFAULT_JOB
+    run_id: str | None = None
+    """None: rank 0 makes one when the recorder starts (``FR_OTEL_RUN_ID``)."""
     trigger_signal: str | None = DEFAULT_TRIGGER_SIGNAL
     otlp: OtlpSettings | None = None
     """None: no OTLP, the archive only."""
@@ -618,6 +631,8 @@ def _check_override(name: str, value: Any) -> Any:
         return None if value is None else Path(value)
     if name == "job":
         return validate_partition_value("job", str(value))
+    if name == "run_id":
+        return None if value is None else validate_partition_value("run id", str(value))
     return value
 
 
@@ -654,6 +669,7 @@ def recorder_settings(
         "archive": archive_dir(None, env),
         "ring_dir": Path(env[FR_OTEL_RING_DIR]) if env.get(FR_OTEL_RING_DIR, "").strip() else None,
         "job": job_name(None, env),
+        "run_id": run_id(env),
         "trigger_signal": trigger,
     }
     for name, value in overrides.items():
@@ -662,6 +678,30 @@ def recorder_settings(
     otlp = overrides["otlp"] if "otlp" in overrides else otlp_settings(environ=env)
     resource = dict(overrides["resource"]) if "resource" in overrides else resource_attributes(env)
     return RecorderSettings(**{**from_env, "otlp": otlp, "resource": resource})
+
+
+def run_id(environ: Mapping[str, str] | None = None) -> str | None:
+    """FR_OTEL_RUN_ID, else torchrun's TORCHELASTIC_RUN_ID unless it is ``none``; None
+    when neither names the run (then rank 0 makes one)."""
+    env = _env(environ)
+    for variable in (FR_OTEL_RUN_ID, TORCHELASTIC_RUN_ID):
+        value = env.get(variable, "").strip()
+        if not value or (variable == TORCHELASTIC_RUN_ID and value.lower() == "none"):
+            continue
+        try:
+            return validate_partition_value("run id", value)
+        except ConfigError as exc:
+            logger.warning("ignoring %s: %s", variable, exc)
+    return None
+
+
+def new_run_id() -> str:
+    """A run id nobody else has: when it was made (UTC, to the second) and 32 random
+    bits, so runs sort by start and two launches in one second still differ."""
+    import secrets
+    import time
+
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}"
 
 
 def recorder_disabled(environ: Mapping[str, str] | None = None) -> bool:

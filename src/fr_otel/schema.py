@@ -35,6 +35,14 @@ _COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
         False,
         "Incident id: one dump set or one recorder flush (hive partition key).",
     ),
+    (
+        "run_id",
+        pa.string(),
+        True,
+        "The launch the entry belongs to (the recorder's run id: torchrun's, `fr-otel"
+        " run`'s or one rank 0 made); null for dumps imported without one. Part of the"
+        " trace and span ids, so two runs of a job never share a trace.",
+    ),
     ("rank", pa.int64(), False, "Global rank that recorded the entry."),
     (
         "pg_id",

@@ -162,3 +162,81 @@ def _wait_for(log: Path, text: str, timeout_s: float) -> float:
             return time.monotonic()
         time.sleep(0.02)
     raise AssertionError(f"{text!r} not in the log after {timeout_s} s: {log.read_text()[-3000:]}")
+
+
+# --- two launches of one job name --------------------------------------------------------
+
+DDP = Path(__file__).resolve().parents[1] / "workloads" / "ddp.py"
+
+
+def _launch(archive: Path, job: str, log: Path, **extra: str) -> subprocess.Popen[bytes]:
+    """``fr-otel run -- torchrun`` of the DDP workload, 2 ranks, as its own process."""
+    env = _environment(archive, job, OMP_NUM_THREADS="1", **extra)
+    command = [sys.executable, "-m", "fr_otel", "run", "--job", job, "--archive", str(archive)]
+    command += ["--", *_command(DDP)[:4], "2", *_command(DDP)[5:]]
+    with log.open("w") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
+
+
+def test_two_launches_of_one_job_name_at_once_share_nothing(tmp_path: Path) -> None:
+    """Before: the second launch's recorder was disabled (its ring was locked by the
+    first), and its launcher reported the other launch's incident and culprit."""
+    archive = tmp_path / "archive"
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    jobs = [
+        _launch(archive, "same", logs[0], FAULT="hang", FAULT_RANK="0"),
+        _launch(archive, "same", logs[1], FAULT="hang", FAULT_RANK="1"),
+    ]
+    for job in jobs:
+        job.wait(timeout=240)
+    texts = [log.read_text() for log in logs]
+    assert all(job.returncode != 0 for job in jobs), texts
+    assert not any("recorder disabled" in text for text in texts), texts
+    incidents = sorted(p.name.removeprefix("incident=") for p in (archive / "job=same").glob("*"))
+    assert len(incidents) == 2, incidents
+    # each launcher names its own incident, whose verdict is its own culprit
+    for culprit, text in enumerate(texts):
+        [named] = [i for i in incidents if f"--incident {i}" in text]
+        root = analyze(archive, job="same", incident=named)
+        assert root.root_cause is not None, root.findings
+        assert root.findings[root.root_cause].culprit_ranks == [culprit], (named, text[-2000:])
+        runs = {
+            run
+            for path in (archive / "job=same" / f"incident={named}").glob("rank-*.parquet")
+            for run in pq.read_table(path, columns=["run_id"]).column("run_id").to_pylist()
+        }
+        assert len(runs) == 1 and None not in runs, runs
+
+
+def test_a_rerun_of_a_job_starts_new_traces(tmp_path: Path) -> None:
+    """Three runs of one job name to a real OTLP receiver: before, span and trace ids
+    depended only on job, group, sequence and rank, and 60 spans held 20 unique ids."""
+    from fr_otel.otel import model
+    from tests.otlp_receiver import OtlpReceiver
+
+    archive = tmp_path / "archive"
+    with OtlpReceiver(protocol="grpc").start() as receiver:
+        for attempt in range(3):
+            log = tmp_path / f"run{attempt}.log"
+            job = _launch(
+                archive,
+                "again",
+                log,
+                FAULT="hang",
+                STEPS="4",
+                OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+                OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+            )
+            assert job.wait(timeout=240) != 0, log.read_text()[-2000:]
+        rows = sum(pq.read_metadata(p).num_rows for p in archive.glob("job=again/*/*.parquet"))
+        receiver.wait_for_spans(rows, timeout_s=20)
+        spans = [span for _, span in receiver.spans()]
+    assert len(spans) == rows
+    assert len({span.span_id for span in spans}) == len(spans)
+    traces: dict[str, set[bytes]] = {}
+    for span in spans:
+        attributes = {a.key: a.value.string_value for a in span.attributes}
+        traces.setdefault(attributes[model.RUN_ID], set()).add(span.trace_id)
+    assert len(traces) == 3, traces.keys()
+    first, second, third = traces.values()
+    assert not (first & second or second & third or first & third)

@@ -164,7 +164,7 @@ def test_a_faulty_workload_is_archived_whole_and_diagnosed(
 
     # torch's buffer as the script dumped it when its collective raised, else as the
     # recorder's flush archived it verbatim (a rank the launcher ended first never raised)
-    raw = archive / "_fr_dumps" / f"job={family}" / folder.name
+    [raw] = (archive / "_fr_dumps" / f"job={family}").glob(f"run=*/{folder.name}")
     truths = {r: _torch_entries(dumps, raw, rank=r) for r in range(world)}
     assert all(t is not None for t in truths.values()), truths.keys()
     for rank, entries in truths.items():
@@ -222,7 +222,7 @@ def _same_traces_as_torchs_own_dumps(
 ) -> None:
     """The raw FR dumps archived beside the incident, imported and exported on their own,
     put each collective in the trace the recorder's spans are in."""
-    dumps = archive / "_fr_dumps" / f"job={job}" / f"incident={incident}"
+    [dumps] = (archive / "_fr_dumps" / f"job={job}").glob(f"run=*/incident={incident}")
     other = tmp_path / "from_torch"
     assert main(["import", str(dumps), "--archive", str(other), "--job", job]) == 0
     ours, theirs = tmp_path / "ours.jsonl", tmp_path / "theirs.jsonl"

@@ -163,3 +163,12 @@ def test_odd_scalar_types_are_coerced() -> None:
     ).table
     row = table.to_pylist()[0]
     assert (row["thread_id"], row["collective_seq_id"]) == ("12345", 1)
+
+
+def test_a_run_folder_in_a_dumps_path_names_its_run() -> None:
+    from fr_otel.dumps.parse import run_id_of
+
+    path = "/a/_fr_dumps/job=x/run=20261201T064000Z-3fa2b1c0/incident=i/comm_lib_trace_rank_0"
+    assert run_id_of(path) == "20261201T064000Z-3fa2b1c0"
+    assert run_id_of("dumps/nccl_trace_rank_0") is None
+    assert run_id_of("dumps/rerun=1/x") is None

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel.recorder.launcher import BOOT_DIR, child_environment
-from fr_otel.recorder.ring import COMPLETED, read_ring, ring_base
+from fr_otel.recorder.ring import COMPLETED, read_ring, ring_base, ring_bases
 from fr_otel.recorder.table import ring_table
 
 _OURS = ("FR_OTEL_", "TORCH_FR_", "TORCH_NCCL_", "OTEL_")
@@ -254,8 +254,12 @@ def test_one_rank_gloo_job_is_recorded_without_code_changes(tmp_path: Path) -> N
     assert child.returncode == 0, child.stderr
     assert child.stdout == "done\n"
 
-    contents = read_ring(ring_base(tmp_path / "archive" / "_rings", "e2e", 0))
+    # no launcher named the run: rank 0 made its id, and the ring is in that run's folder
+    [base] = ring_bases(tmp_path / "archive" / "_rings", "e2e")
+    assert base.parent.name.startswith("run=")
+    contents = read_ring(base)
     assert contents.world == 1 and contents.job == "e2e" and contents.backend == "gloo"
+    assert base == ring_base(tmp_path / "archive" / "_rings", "e2e", 0, contents.run)
     table = ring_table(contents, job="e2e", incident="check", dump_time_ns=0)
     rows = table.to_pylist()
     assert [row["op"] for row in rows] == ["all_reduce", "barrier"]

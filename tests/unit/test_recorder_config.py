@@ -307,3 +307,23 @@ def test_otel_resource_attributes_keep_their_case_and_decode() -> None:
     assert resource_attributes({}) == {}
     assert recorder_settings(environ=env).resource == resource_attributes(env)
     assert recorder_settings({"resource": {"a": "b"}}, environ=env).resource == {"a": "b"}
+
+
+def test_the_run_id_comes_from_fr_otel_then_torchrun_and_never_from_its_default() -> None:
+    from fr_otel.config import new_run_id, run_id
+
+    assert run_id({"FR_OTEL_RUN_ID": "r1", "TORCHELASTIC_RUN_ID": "t1"}) == "r1"
+    assert run_id({"TORCHELASTIC_RUN_ID": "5f0c-9a"}) == "5f0c-9a"
+    assert run_id({"TORCHELASTIC_RUN_ID": "none"}) is None  # torchrun's default
+    assert run_id({"FR_OTEL_RUN_ID": "../up"}) is None  # not a folder name: warned, ignored
+    assert run_id({}) is None
+    made = {new_run_id() for _ in range(50)}
+    assert len(made) == 50 and all(run_id({"FR_OTEL_RUN_ID": m}) == m for m in made)
+
+
+def test_incident_ids_carry_the_runs_random_part() -> None:
+    from fr_otel.recorder.incident_ids import new_incident_id
+
+    with_run = new_incident_id("r3", "timeout", "20261201T064000Z-3fa2b1c0")
+    assert with_run.endswith("-3fa2b1c0-r3-timeout"), with_run
+    assert new_incident_id("launcher", "job_failed", None).endswith("Z-launcher-job_failed")

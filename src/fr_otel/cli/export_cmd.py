@@ -124,7 +124,11 @@ def export(
         from fr_otel.analysis import analyze
         from fr_otel.otel.verdict import verdict_spans
 
-        verdict = verdict_spans(analyze(archive, job=chosen.job, incident=chosen.incident))
+        runs = set(table.column("run_id").to_pylist()) if "run_id" in table.column_names else set()
+        verdict = verdict_spans(
+            analyze(archive, job=chosen.job, incident=chosen.incident),
+            run_id=runs.pop() if len(runs) == 1 else None,
+        )
         verdicts = [verdict] if verdict.resource_spans else []
     # files need messages; the wire needs bytes, which the fast encoder writes directly
     from fr_otel import config

@@ -70,6 +70,17 @@ KNOWN_VERSIONS = ("2.3", "2.10")
 """The oldest and newest FR format versions this reader was checked against."""
 
 
+_RUN_IN_PATH = re.compile(r"(?:^|/)run=([A-Za-z0-9][A-Za-z0-9._-]{0,127})/")
+
+
+def run_id_of(path: str) -> str | None:
+    """The run id a dump's path names in a ``run=<id>`` folder (the recorder archives
+    torch's own dumps of an incident under ``_fr_dumps/job=J/run=R/incident=I/``), so that
+    importing them gives the trace ids the recorder's spans have."""
+    found = _RUN_IN_PATH.findall(path.replace("\\", "/"))
+    return found[-1] if found else None
+
+
 def version_warning(version: str | None) -> str | None:
     """Why a dump's ``version`` cannot be vouched for, or None."""
     if version is None:
@@ -477,6 +488,7 @@ def _build(
     columns: dict[str, Any] = {
         "job": constant(job, pa.string()),
         "incident": constant(incident, pa.string()),
+        "run_id": constant(run_id_of(path), pa.string()),
         "rank": constant(rank, pa.int64()),
         "pg_id": raw.field("pg_id"),
         "pg_name": pa.array(name_values, type=pa.string()).take(name_index),

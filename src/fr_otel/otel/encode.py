@@ -25,6 +25,7 @@ MAX_REQUEST_BYTES = 3_500_000
 _COLUMNS = (
     "job",
     "incident",
+    "run_id",
     "rank",
     "pg_name",
     "pg_desc",
@@ -95,6 +96,7 @@ def row_to_span(row: dict[str, Any]) -> Span:
         is_p2p=is_p2p,
         rank=row["rank"],
         p2p_seq_id=row["p2p_seq_id"],
+        run_id=row.get("run_id"),
     )
     start = row["time_created_ns"] or 0
     done = _done(row)
@@ -109,6 +111,8 @@ def row_to_span(row: dict[str, Any]) -> Span:
         _kv(model.RECORD_ID, row["record_id"]),
         _kv(model.INCIDENT, row["incident"]),
     ]
+    if row.get("run_id") is not None:
+        attributes.append(_kv(model.RUN_ID, row["run_id"]))
     for name, column in (
         (model.PG_DESC, "pg_desc"),
         (model.BACKEND, "backend"),
@@ -174,7 +178,12 @@ def encode_requests(
     One ``ResourceSpans`` per rank (per job) within a request; ``resource`` adds
     attributes to every rank's resource (``model.resource_attributes``).
     """
-    columns = {name: table.column(name).to_pylist() for name in _COLUMNS}
+    columns = {
+        name: table.column(name).to_pylist()
+        if name in table.column_names
+        else [None] * table.num_rows  # run_id, in an archive written before runs had ids
+        for name in _COLUMNS
+    }
     rows = [
         dict(zip(_COLUMNS, values, strict=True)) for values in zip(*columns.values(), strict=True)
     ]

@@ -4,8 +4,9 @@ Every attribute name fr_otel writes is defined here and only here: dashboards, T
 queries and docs take their names from this module (``docs/span-model.md``).
 
 - **Trace**: one per collective instance across ranks. Its id is derived from the job,
-  the group (name and rank set) and the sequence number, so every rank computes the same
-  id without talking to the others, and re-exporting the same data gives the same ids.
+  the run id where there is one, the group (name and rank set) and the sequence number,
+  so every rank computes the same id without talking to the others, re-exporting the same
+  data gives the same ids, and a rerun of the job starts new traces.
   A send or recv has no cross-rank sequence number, so it gets a trace of its own per
   rank and p2p sequence number.
 - **Span**: one per entry; its id is derived from the trace key, the rank and the
@@ -35,6 +36,7 @@ NS: Final = "fr_otel"
 RANK: Final = f"{NS}.rank"
 JOB: Final = f"{NS}.job"
 INCIDENT: Final = f"{NS}.incident"
+RUN_ID: Final = f"{NS}.run_id"
 PG_NAME: Final = f"{NS}.pg.name"
 PG_DESC: Final = f"{NS}.pg.desc"
 PG_SIZE: Final = f"{NS}.pg.size"
@@ -92,6 +94,7 @@ SPAN_ATTRIBUTES: Final = (
     TIMEOUT_MS,
     RECORD_ID,
     INCIDENT,
+    RUN_ID,
     CODE_FUNCTION,
     CODE_FILE,
     CODE_LINE,
@@ -115,10 +118,11 @@ def trace_key(
     is_p2p: bool,
     rank: int,
     p2p_seq_id: int | None,
+    run_id: str | None = None,
 ) -> bytes:
     """What identifies the trace an entry belongs to (see the module docstring)."""
     return trace_key_in_group(
-        group_key(job=job, pg_name=pg_name, pg_ranks=pg_ranks),
+        group_key(job=job, pg_name=pg_name, pg_ranks=pg_ranks, run_id=run_id),
         collective_seq_id=collective_seq_id,
         is_p2p=is_p2p,
         rank=rank,
@@ -126,11 +130,19 @@ def trace_key(
     )
 
 
-def group_key(*, job: str, pg_name: str, pg_ranks: list[int] | tuple[int, ...] | None) -> str:
+def group_key(
+    *,
+    job: str,
+    pg_name: str,
+    pg_ranks: list[int] | tuple[int, ...] | None,
+    run_id: str | None = None,
+) -> str:
     """The part of ``trace_key`` one process group's entries share (computed once per
-    group by callers with many entries: a 1,024-rank member list is long to format)."""
+    group by callers with many entries: a 1,024-rank member list is long to format).
+    Without a run id (dumps imported without one) the key is what it always was."""
     ranks = ",".join(map(str, sorted(pg_ranks))) if pg_ranks else ""
-    return f"{job}\x00{pg_name}\x00{ranks}\x00"
+    job_part = f"{job}\x00run={run_id}" if run_id else job
+    return f"{job_part}\x00{pg_name}\x00{ranks}\x00"
 
 
 def trace_key_in_group(

@@ -122,6 +122,7 @@ def _row(span: Span, resource: dict[str, Any]) -> dict[str, Any] | None:
     row.update(
         job=resource.get(model.JOB) or resource.get(model.SERVICE_NAME) or UNKNOWN,
         incident=attrs.get(model.INCIDENT) or UNKNOWN,
+        run_id=attrs.get(model.RUN_ID),
         rank=rank,
         pg_name=attrs.get(model.PG_NAME) or "",
         pg_desc=attrs.get(model.PG_DESC),

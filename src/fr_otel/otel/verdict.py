@@ -17,7 +17,7 @@ from fr_otel.otel import model
 from fr_otel.otel.encode import _kv
 
 
-def _trace_key(job: str, finding: Finding) -> bytes:
+def _trace_key(job: str, finding: Finding, run_id: str | None) -> bytes:
     group = finding.group
     if finding.kind == "p2p_unmatched":
         # the waiting rank's send or recv: its own trace
@@ -29,6 +29,7 @@ def _trace_key(job: str, finding: Finding) -> bytes:
             is_p2p=True,
             rank=int(finding.evidence.get("waiting_rank", -1)),
             p2p_seq_id=finding.evidence.get("p2p_seq_id"),
+            run_id=run_id,
         )
     return model.trace_key(
         job=job,
@@ -38,11 +39,13 @@ def _trace_key(job: str, finding: Finding) -> bytes:
         is_p2p=False,
         rank=0,
         p2p_seq_id=None,
+        run_id=run_id,
     )
 
 
-def verdict_spans(analysis: Analysis) -> ExportTraceServiceRequest:
-    """One request holding a verdict span per finding (empty for a healthy job)."""
+def verdict_spans(analysis: Analysis, run_id: str | None = None) -> ExportTraceServiceRequest:
+    """One request holding a verdict span per finding (empty for a healthy job);
+    ``run_id`` is the incident's rows' (their traces' ids include it)."""
     request = ExportTraceServiceRequest()
     if not analysis.findings:
         return request
@@ -58,7 +61,7 @@ def verdict_spans(analysis: Analysis) -> ExportTraceServiceRequest:
     scope.scope.name = model.SCOPE_NAME
     scope.scope.version = __version__
     for index, finding in enumerate(analysis.findings):
-        key = _trace_key(analysis.job, finding)
+        key = _trace_key(analysis.job, finding, run_id)
         when = finding.time_ns or 0
         attributes = [
             _kv(model.FINDING_KIND, finding.kind),

@@ -52,6 +52,7 @@ __all__ = ["encode_requests_fast"]
 _BLOCK_COLUMNS = (
     "job",
     "incident",
+    "run_id",
     "rank",
     "pg_name",
     "pg_desc",
@@ -372,6 +373,7 @@ def _block(row: dict[str, Any], extra: tuple[tuple[str, str | int], ...]) -> _Bl
         is_p2p=False,
         rank=rank,
         p2p_seq_id=None,
+        run_id=row["run_id"],
     ).decode()
     tail = "coll\x00None"
     if not key.endswith(tail):
@@ -379,6 +381,8 @@ def _block(row: dict[str, Any], extra: tuple[tuple[str, str | int], ...]) -> _Bl
     head = _attribute(model.RANK, rank) + _attribute(model.PG_NAME, row["pg_name"])
     head += _attribute(model.OP, op) + _attribute(model.STATE, state or "")
     middle = _attribute(model.INCIDENT, row["incident"])
+    if row["run_id"] is not None:
+        middle += _attribute(model.RUN_ID, row["run_id"])
     for name, column in (
         (model.PG_DESC, "pg_desc"),
         (model.BACKEND, "backend"),
@@ -474,6 +478,8 @@ def encode_requests_fast(
     """
     if table.num_rows == 0:
         return
+    if "run_id" not in table.column_names:  # an archive written before runs had ids
+        table = table.append_column("run_id", pa.nulls(table.num_rows, pa.string()))
     # codes are computed in table order; only the (integer) results are put in span order
     columns = [_codes(_array(table.column(name))) for name in _BLOCK_COLUMNS]
     widths = dict(zip(_BLOCK_COLUMNS, (width for _, width in columns), strict=True))

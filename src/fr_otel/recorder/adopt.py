@@ -18,7 +18,13 @@ from pathlib import Path
 from fr_otel.config import RecorderSettings
 from fr_otel.otel.transport import RequestExporter
 from fr_otel.recorder.flush import FlushReport, flush_ring
-from fr_otel.recorder.ring import adopted, append_flushed, read_ring, ring_bases
+from fr_otel.recorder.ring import (
+    adopted,
+    append_flushed,
+    read_ring,
+    run_ring_bases,
+    run_ring_dir,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +39,11 @@ def flush_dead_rings(
     since_ns: int = 0,
     deferred: list[Callable[[float], None]] | None = None,
 ) -> Iterator[FlushReport]:
-    """Flush every unlocked ring of ``settings.job`` not yet flushed for ``incident``
+    """Flush every unlocked ring of this run of ``settings.job`` not yet flushed for ``incident``
     (only rings opened at ``since_ns`` or later: older ones are another run's). With
     ``deferred``, the spans wait there (``flush.send_deferred``) until every ring is
     archived."""
-    for base in ring_bases(settings.rings, settings.job):
+    for base in run_ring_bases(settings.rings, settings.job, settings.run_id):
         if base == skip or time.monotonic() >= deadline:
             continue
         with adopted(base) as ours:
@@ -69,7 +75,7 @@ def flush_dead_rings(
 
 
 def _registry(settings: RecorderSettings) -> Path:
-    return settings.rings / f"job={settings.job}" / "incidents"
+    return run_ring_dir(settings.rings, settings.job, settings.run_id) / "incidents"
 
 
 def known_incidents(settings: RecorderSettings, since_ns: int = 0) -> list[str]:

@@ -46,8 +46,12 @@ class FlushReport:
 def raw_dump_dir(settings: RecorderSettings, incident: str) -> Path:
     """Raw FR dumps of an incident, named as torch names them (``fr-otel import`` and
     ``torchfrtrace -p comm_lib_trace_rank_`` both read the folder). Outside the Parquet
-    tree, under a ``_`` folder that dataset readers skip, like ``_rings`` and ``_spool``."""
-    return settings.archive / "_fr_dumps" / partition_dir(Path(), settings.job, incident)
+    tree, under a ``_`` folder that dataset readers skip, like ``_rings`` and ``_spool``.
+    A ``run=<run id>`` folder between job and incident gives the import the run id."""
+    folder = settings.archive / "_fr_dumps" / f"job={settings.job}"
+    if settings.run_id:
+        folder = folder / f"run={settings.run_id}"
+    return folder / partition_dir(Path(), settings.job, incident).name
 
 
 def flush_ring(

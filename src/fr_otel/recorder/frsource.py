@@ -9,7 +9,7 @@ called on the group object. The hooks number their records with torch's own ordi
 (group name, sequence number).
 
 ``FrMirror`` copies the FR entries the hooks did not record into a second ring beside the
-rank's own (``<ring dir>/job=J/_torch/rank-NNNNNN``, same slot format, written only by the
+rank's own (``<ring dir>/job=J/run=R/_torch/rank-NNNNNN``, same slot format, written only by the
 watch thread), so everything downstream (the flush, continuous mode's spans, a peer or
 ``fr-otel run`` flushing the ring of a rank that died) reads one rank's whole record from
 its ring files.
@@ -171,6 +171,7 @@ class FrMirror:
             world=main.world,
             job=main.job,
             backend=main.backend,
+            run_id=main.run_id,
         )
         self._groups = groups
         """Group name -> process group object (torch's registry)."""

@@ -31,6 +31,8 @@ def child_environment(
     env = dict(os.environ if environ is None else environ)
     env.update(overrides)
     env[config.FR_OTEL_AUTOINSTALL] = "1"
+    # one id for the ranks and for this launcher, which finds their rings by it
+    env[config.FR_OTEL_RUN_ID] = config.run_id(env) or config.new_run_id()
     env[config.FR_OTEL_ARCHIVE] = str(config.archive_dir(None, env).absolute())
     ring_dir = env.get(config.FR_OTEL_RING_DIR, "").strip()
     if ring_dir:
@@ -77,12 +79,12 @@ def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) 
     could: a crash, then the launcher's SIGTERM to the others) gets one here,
     ``<time>-launcher-job_failed``, holding every ring of the run."""
     from fr_otel.recorder.adopt import flush_dead_rings, known_incidents, note_incident
+    from fr_otel.recorder.incident_ids import new_incident_id
 
     result = RunResult(returncode=returncode, settings=settings)
     result.incidents = known_incidents(settings, started_ns)
     if returncode != 0 and not result.incidents:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        incident = f"{stamp}-launcher-job_failed"
+        incident = new_incident_id("launcher", "job_failed", settings.run_id)
         note_incident(settings, incident)
         result.incidents = [incident]
     exporter = None
@@ -119,10 +121,10 @@ def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) 
 
 
 def _why_empty(settings: config.RecorderSettings, started_ns: int) -> str:
-    from fr_otel.recorder.ring import read_ring, ring_bases
+    from fr_otel.recorder.ring import read_ring, run_ring_bases, run_ring_dir
 
     rings = held = 0
-    for base in ring_bases(settings.rings, settings.job):
+    for base in run_ring_bases(settings.rings, settings.job, settings.run_id):
         try:
             contents = read_ring(base)
         except (OSError, ValueError):
@@ -133,7 +135,8 @@ def _why_empty(settings: config.RecorderSettings, started_ns: int) -> str:
         held += bool(contents.slots)
     if not rings:
         return (
-            f"no rank of this run opened a ring under {settings.rings / f'job={settings.job}'}"
+            "no rank of this run opened a ring under"
+            f" {run_ring_dir(settings.rings, settings.job, settings.run_id)}"
             " (no process group was created, or the recorder was disabled)"
         )
     if not held:

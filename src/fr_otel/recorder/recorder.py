@@ -26,11 +26,12 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from fr_otel.config import RecorderSettings
+from fr_otel.recorder.incident_ids import new_incident_id
 from fr_otel.recorder.ring import RingWriter, ring_base
 
 logger = logging.getLogger(__name__)
@@ -115,8 +116,10 @@ class Recorder:
         self.rank, self.world = c10d.get_rank(), c10d.get_world_size()
         default = c10d._get_default_group()
         backend = str(c10d.get_backend(default))
+        if self.settings.run_id is None:
+            self.settings = replace(self.settings, run_id=_shared_run_id(c10d))
         settings = self.settings
-        base = ring_base(settings.rings, settings.job, self.rank)
+        base = ring_base(settings.rings, settings.job, self.rank, settings.run_id)
         self._writer = RingWriter(
             base,
             capacity=settings.buffer_size,
@@ -124,6 +127,7 @@ class Recorder:
             world=self.world,
             job=settings.job,
             backend=backend,
+            run_id=settings.run_id,
         )
         self.capture.attach(self._writer)
         self._mirror = _open_mirror(self._writer, settings, self.capture)
@@ -289,7 +293,7 @@ class Recorder:
             and time.monotonic() - latest[1] < INCIDENT_WINDOW_S
         ):
             return latest[0]
-        candidate = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-r{self.rank}-{reason}"
+        candidate = new_incident_id(f"r{self.rank}", reason, self.settings.run_id)
         incident = candidate
         agreed = False
         if self._channel is not None:
@@ -540,6 +544,24 @@ def _chain_exception_hooks(recorder: Recorder) -> None:
         previous_thread(args)
 
     threading.excepthook = thread_excepthook
+
+
+RUN_ID_KEY = "fr_otel/run_id"
+
+
+def _shared_run_id(c10d: Any) -> str | None:
+    """No launcher named the run: the first rank to ask the job's store makes the id, and
+    every rank reads that one (one compare-and-set each). None without a store that can:
+    the rings then go where they went before runs had ids."""
+    from fr_otel.config import new_run_id
+
+    try:
+        store = c10d._get_default_store()
+        agreed = store.compare_set(RUN_ID_KEY, "", new_run_id())
+        return bytes(agreed).decode() or None
+    except Exception as exc:  # a store without compare_set: FileStore, HashStore, ...
+        logger.info("fr_otel: no run id from the job's store (%r)", exc)
+        return None
 
 
 def _install_last_gasp(recorder: Recorder) -> bool:

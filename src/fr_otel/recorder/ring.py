@@ -59,9 +59,16 @@ RING_SUFFIX: Final = ".ring"
 META_SUFFIX: Final = ".meta"
 
 
-def ring_base(ring_dir: Path, job: str, rank: int) -> Path:
-    """``<ring_dir>/job=<job>/rank-NNNNNN`` (add ``.ring`` or ``.meta``)."""
-    return ring_dir / f"job={job}" / f"rank-{rank:06d}"
+def run_ring_dir(ring_dir: Path, job: str, run_id: str | None = None) -> Path:
+    """The folder of one run's rings: ``<ring_dir>/job=<job>/run=<run id>`` (without a
+    run id, ``<ring_dir>/job=<job>``). Two launches of one job name share nothing."""
+    folder = ring_dir / f"job={job}"
+    return folder / f"run={run_id}" if run_id else folder
+
+
+def ring_base(ring_dir: Path, job: str, rank: int, run_id: str | None = None) -> Path:
+    """``<run_ring_dir>/rank-NNNNNN`` (add ``.ring`` or ``.meta``)."""
+    return run_ring_dir(ring_dir, job, run_id) / f"rank-{rank:06d}"
 
 
 TORCH_RING_DIR: Final = "_torch"
@@ -69,7 +76,7 @@ TORCH_RING_DIR: Final = "_torch"
 
 def torch_ring_base(base: Path) -> Path:
     """Where the ring of ``base``'s rank holds the ops only torch's Flight Recorder saw
-    (``frsource.FrMirror``): ``<ring_dir>/job=<job>/_torch/rank-NNNNNN``. Readers of
+    (``frsource.FrMirror``): ``<run_ring_dir>/_torch/rank-NNNNNN``. Readers of
     ``base`` read it too; ``ring_bases`` does not list it on its own."""
     return base.parent / TORCH_RING_DIR / base.name
 
@@ -123,7 +130,15 @@ class RingWriter:
     """Append-only view of one rank's ring and meta files, owned by that rank."""
 
     def __init__(
-        self, base: Path, *, capacity: int, rank: int, world: int, job: str, backend: str | None
+        self,
+        base: Path,
+        *,
+        capacity: int,
+        rank: int,
+        world: int,
+        job: str,
+        backend: str | None,
+        run_id: str | None = None,
     ) -> None:
         base.parent.mkdir(parents=True, exist_ok=True)
         self.base = base
@@ -132,6 +147,7 @@ class RingWriter:
         size = HEADER_SIZE + capacity * SLOT_SIZE
         self.world = world
         self.job = job
+        self.run_id = run_id
         self.backend = backend
         self._fd = os.open(base.with_suffix(RING_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -159,6 +175,7 @@ class RingWriter:
             rank=rank,
             world=world,
             job=job,
+            run=run_id,
             pid=os.getpid(),
             host=socket.gethostname(),
             backend=backend,
@@ -169,6 +186,7 @@ class RingWriter:
                 "rank": rank,
                 "world": world,
                 "job": job,
+                "run": run_id,
                 "pid": os.getpid(),
                 "host": socket.gethostname(),
                 "backend": backend,
@@ -363,6 +381,7 @@ class RingWriter:
             rank=held.rank,
             world=held.world,
             job=held.job,
+            run=held.run,
             pid=held.pid,
             host=held.host,
             backend=held.backend,
@@ -405,6 +424,8 @@ class RingContents:
     """When the owner opened the ring (its run's start, roughly)."""
     world: int | None = None
     job: str | None = None
+    run: str | None = None
+    """The run id of the owner's launch (None: written before runs had ids)."""
     pid: int | None = None
     host: str | None = None
     backend: str | None = None
@@ -430,6 +451,7 @@ class RingContents:
             created_ns=self.created_ns,
             world=self.world,
             job=self.job,
+            run=self.run,
             pid=self.pid,
             host=self.host,
             backend=self.backend,
@@ -465,6 +487,7 @@ def _read_meta(path: Path, contents: RingContents) -> None:
             if kind == "rank":
                 contents.world = item.get("world")
                 contents.job = item.get("job")
+                contents.run = item.get("run")
                 contents.pid = item.get("pid")
                 contents.host = item.get("host")
                 contents.backend = item.get("backend")
@@ -522,9 +545,17 @@ def read_ring(base: Path, rank: int | None = None) -> RingContents:
 
 
 def ring_bases(ring_dir: Path, job: str | None = None) -> Iterator[Path]:
-    """Every ring under ``ring_dir`` (one job's, or all), as bases without suffix."""
-    pattern = f"job={job}/rank-*{RING_SUFFIX}" if job else f"job=*/rank-*{RING_SUFFIX}"
-    for path in sorted(ring_dir.glob(pattern)):
+    """Every ring under ``ring_dir`` (one job's, or all; of every run), as bases without
+    suffix."""
+    jobs = f"job={job}" if job else "job=*"
+    for pattern in (f"{jobs}/rank-*{RING_SUFFIX}", f"{jobs}/run=*/rank-*{RING_SUFFIX}"):
+        for path in sorted(ring_dir.glob(pattern)):
+            yield path.with_suffix("")
+
+
+def run_ring_bases(ring_dir: Path, job: str, run_id: str | None) -> Iterator[Path]:
+    """The rings of one run (``run_ring_dir``), as bases without suffix."""
+    for path in sorted(run_ring_dir(ring_dir, job, run_id).glob(f"rank-*{RING_SUFFIX}")):
         yield path.with_suffix("")
 
 

@@ -234,6 +234,7 @@ def ring_table(
     columns: dict[str, pa.Array] = {
         "job": constant(job, "job"),
         "incident": constant(incident, "incident"),
+        "run_id": constant(contents.run, "run_id"),
         "rank": constant(contents.rank, "rank"),
         "pg_id": pg_id,
         "pg_name": by_group["pg_name"],
