@@ -149,6 +149,8 @@ def test_sigterm_during_the_flush_leaves_the_archive_whole(tmp_path: Path) -> No
     # each rank's flush: its archive, then at most the deadline on the export
     assert ended < 2 * 4 + 10, (ended, text[-3000:])
     assert job.returncode != 0
+    # what the Collector did not take is kept, and the log says where and how to send it
+    assert f"fr-otel export {archive} --otlp --resend" in text, text[-3000:]
     analysis = analyze(archive, job="term")
     assert analysis.root_cause is not None, analysis.findings
     assert analysis.findings[analysis.root_cause].culprit_ranks == [1], analysis.findings

@@ -66,11 +66,21 @@ def flush_dead_rings(
             )
             if report.archived is not None:
                 append_flushed(base, incident)
-            logger.warning(
-                "fr_otel: flushed the ring of rank %d (dead) for incident %s",
-                contents.rank,
-                incident,
-            )
+            if report.archived is not None:
+                logger.warning(
+                    "fr_otel: flushed the ring of rank %d (dead) for incident %s",
+                    contents.rank,
+                    incident,
+                )
+            else:  # said as failed, never as flushed: its ring stays for a later try
+                logger.warning(
+                    "fr_otel: could not archive the ring of rank %d (dead) for incident %s: %s;"
+                    " it stays at %s",
+                    contents.rank,
+                    incident,
+                    "; ".join(report.problems) or "nothing written",
+                    base,
+                )
             yield report
 
 

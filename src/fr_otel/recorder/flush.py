@@ -155,6 +155,9 @@ def _send(
         if sent.unsent:
             spool(sent.unsent, settings.spool_dir)
             report.spans_spooled = sent.unsent_spans
+            logger.warning(
+                "fr_otel: %s", spooled_message(sent.unsent_spans, settings.spool_dir, settings)
+            )
     except Exception as exc:  # reported, the archive already holds the rows
         report.problems.append(f"otlp: {exc}")
 
@@ -193,3 +196,14 @@ def torch_fr_dump() -> bytes | None:
         if data:
             found.append(bytes(data))
     return max(found, key=len) if found else None
+
+
+def spooled_message(spans: int, spool_dir: Path, settings: RecorderSettings) -> str:
+    """Where spans the Collector did not take went, and the command that delivers them."""
+    command = f"fr-otel export {settings.archive} --otlp --resend"
+    if spool_dir != settings.archive / "_spool":
+        command += f" --spool {spool_dir}"
+    return (
+        f"{spans} spans the Collector did not take are kept in {spool_dir}; deliver them"
+        f" with: {command}"
+    )

@@ -279,13 +279,14 @@ class Recorder:
                 self._generation += 1
                 self._handle(incident)
 
-    def declare(self, reason: str) -> str | None:
+    def declare(self, reason: str, deadline: float | None = None) -> str | None:
         """Declare an incident job-wide (or locally without a store) and flush this rank.
 
         Returns the incident id, which may be another rank's if it declared first. A
         failure noticed soon after an incident (its own consequence, typically: peers of a
         dead rank fail one after another) joins that incident instead of starting one;
-        only an operator starts a new incident at any time."""
+        only an operator starts a new incident at any time. ``deadline`` (monotonic)
+        bounds this rank's flush; default: ``flush_deadline_s`` from now."""
         latest = self._latest
         if (
             latest is not None
@@ -307,7 +308,7 @@ class Recorder:
 
             incident = join_local_incident(self.settings, candidate, INCIDENT_WINDOW_S)
         logger.warning("fr_otel: incident %s (%s on rank %s)", incident, reason, self.rank)
-        self._handle(incident)
+        self._handle(incident, deadline)
         return incident
 
     def collective_failed(self, record: int, exc: BaseException) -> None:
@@ -316,16 +317,19 @@ class Recorder:
 
     def _flush_job(self, reason: str) -> None:
         """Declare an incident and wait for every rank's flush: this rank is about to end
-        (or its error to surface), and a launcher tears the others down once it has."""
+        (or its error to surface), and a launcher tears the others down once it has.
+        One deadline for both: the error surfaces within ``flush_deadline_s`` whatever the
+        OTLP timeout (the export inside the flush stops at the deadline too)."""
+        deadline = time.monotonic() + self.settings.flush_deadline_s
         try:
-            incident = self.declare(reason)
+            incident = self.declare(reason, deadline)
             if incident is not None:
-                self.wait_for_job(incident)
+                self.wait_for_job(incident, deadline)
         except Exception as error:  # never replace the user's exception
             self.stats.recorder_errors += 1
             logger.warning("fr_otel flush after %s: %r", reason, error)
 
-    def _handle(self, incident: str) -> None:
+    def _handle(self, incident: str, deadline: float | None = None) -> None:
         with self._flush_lock:
             if incident in self._flushed:
                 return
@@ -333,16 +337,17 @@ class Recorder:
             self._latest = (incident, time.monotonic())
             self.stats.incidents.append(incident)
             try:
-                self._flush_all(incident)
+                self._flush_all(incident, deadline)
             except Exception as exc:  # logged once, counted
                 self.stats.recorder_errors += 1
                 logger.warning("fr_otel flush of %s failed: %r", incident, exc)
 
-    def _flush_all(self, incident: str) -> None:
+    def _flush_all(self, incident: str, deadline: float | None = None) -> None:
         from fr_otel.recorder.adopt import flush_dead_rings, note_incident
         from fr_otel.recorder.flush import flush_ring, send_deferred, torch_fr_dump
 
-        deadline = time.monotonic() + self.settings.flush_deadline_s
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.flush_deadline_s
         writer = self._writer
         if writer is None:
             return
@@ -399,8 +404,9 @@ class Recorder:
             with contextlib.suppress(Exception):  # the store is gone; the files are written
                 self._channel.mark_flushed(report.incident)
 
-    def wait_for_job(self, incident: str) -> int:
-        """Wait (up to the flush deadline) until every rank has flushed; return how many did.
+    def wait_for_job(self, incident: str, deadline: float | None = None) -> int:
+        """Wait (up to ``deadline``, monotonic; default the flush deadline from now) until
+        every rank has flushed; return how many did.
 
         Meanwhile it keeps flushing the rings of ranks that die: a rank whose peer just
         crashed often notices before the kernel has released the dead rank's ring."""
@@ -408,13 +414,20 @@ class Recorder:
             return 1
         from fr_otel.recorder.adopt import flush_dead_rings
 
-        deadline = time.monotonic() + self.settings.flush_deadline_s
+        if deadline is None:
+            deadline = time.monotonic() + self.settings.flush_deadline_s
         count = 0
         while True:
             try:
-                count = self._channel.flushed(incident)
-            except Exception:
-                break
+                count = int(self._channel.flushed(incident))
+            except Exception as exc:  # the store's host is gone: nothing left to count
+                logger.warning(
+                    "fr_otel: cannot tell how many ranks flushed incident %s: the job's store"
+                    " does not answer (%r); this rank's own flush is done",
+                    incident,
+                    exc,
+                )
+                return count
             if count >= self.world or time.monotonic() >= deadline:
                 break
             time.sleep(0.1)

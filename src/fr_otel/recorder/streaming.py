@@ -181,6 +181,13 @@ class SpanStream(threading.Thread):
         self.sent += report.sent_spans
         if report.unsent:
             spool(report.unsent, self._settings.spool_dir)
+            if not self.spooled:  # once: a Collector that is down stays down for a while
+                from fr_otel.recorder.flush import spooled_message
+
+                logger.warning(
+                    "fr_otel: %s (said once; more may follow while it is down)",
+                    spooled_message(report.unsent_spans, self._settings.spool_dir, self._settings),
+                )
             self.spooled += report.unsent_spans
         elif report.sent_spans and spooled(self._settings.spool_dir):
             resend(self._settings.spool_dir, self._exporter, deadline_s)
