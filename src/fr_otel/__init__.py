@@ -6,6 +6,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+TORCH_EXTRA_HINT = (
+    "install fr_otel's torch extra: from a clone of fr_otel, pip install '.[torch]'"
+    " (torch and numpy)"
+)
+"""What to do when torch is missing (fr_otel is not on PyPI)."""
+
 __all__ = ["RECORD_SCHEMA", "__version__", "analyze", "import_dumps", "install"]
 
 
@@ -20,6 +26,14 @@ def __getattr__(name: str) -> Any:
 
         return analyze
     if name == "install":
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            raise ModuleNotFoundError(
+                "fr_otel.install() records torch.distributed, and torch is not installed:"
+                f" {TORCH_EXTRA_HINT}",
+                name="torch",
+            )
         from fr_otel.recorder import install
 
         return install

@@ -40,3 +40,19 @@ class ConfigError(FrOtelError):
 
 class SimulationError(FrOtelError):
     """An impossible simulator request (bad world shape, unknown fault)."""
+
+
+class IncidentChoiceError(ArchiveError):
+    """An archive holds several incidents and none was named: never pick one silently.
+
+    ``choices`` holds ``(job, incident)`` pairs, in the order they are listed.
+    """
+
+    def __init__(self, message: str, choices: list[tuple[str, str]]) -> None:
+        self.choices = choices
+        super().__init__(message)
+
+
+class Terminated(KeyboardInterrupt):
+    """``SIGTERM`` reached a command: it stops the way Ctrl-C stops it (cleaning up), and
+    exits 143 (128 + the signal, as a shell reports it)."""

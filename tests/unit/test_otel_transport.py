@@ -693,3 +693,28 @@ def test_bad_arguments_raise(args: dict[str, Any]) -> None:
 def test_otlp_variables_are_all_named() -> None:
     assert len(set(config.OTLP_VARIABLES)) == 18
     assert all(v.startswith("OTEL_EXPORTER_OTLP_") for v in config.OTLP_VARIABLES)
+
+
+def test_an_interrupted_send_hands_back_every_request_not_delivered(
+    small_table: pa.Table,
+) -> None:
+    requests = list(encode_requests(small_table, max_bytes=2_000))
+    assert len(requests) >= 4
+    delivered: list[ExportTraceServiceRequest] = []
+
+    class Interrupted:
+        def export(self, request: Any, deadline: float) -> ExportOutcome:
+            if len(delivered) == 2:
+                raise KeyboardInterrupt  # Ctrl-C (or SIGTERM) while the third is sent
+            delivered.append(request)
+            return ExportOutcome(ExportResult.SUCCESS)
+
+        def shutdown(self) -> None:
+            pass
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        send_all(iter(requests), Interrupted(), deadline_s=30)
+    report = caught.value.send_report  # type: ignore[attr-defined]
+    assert report.sent_requests == 2
+    assert report.unsent == requests[2:]  # the one in flight and every one after it
+    assert "interrupted" in report.reasons

@@ -2,26 +2,59 @@
 
 Each worker process reads one dump (restricted unpickler), converts it and writes its
 Parquet file under a temporary name. The parent then does what needs the whole fleet
-(duplicate ranks, group membership for gloo dumps, missing ranks) and renames the files
-into place, or, with ``strict``, discards them all when any file had a problem.
+(telling runs apart, duplicate ranks, group membership for gloo dumps, missing ranks) and
+renames the files into place, or, with ``strict``, discards them all when any file had a
+problem.
+
+**Runs are never mixed.** Dumps of one run of a job agree on their FR format version,
+their communication library version, their world size and their run id (the recorder's
+``run=R`` folder, when their path has one), and their entries' times
+overlap: every rank was issuing collectives until the job stopped. Dumps that fall into
+separate runs by these rules (a job restarted, two runs' dumps copied into one folder)
+are imported as separate incidents, ``<incident>-run1``, ``-run2``... oldest first.
+
+**Interruptions.** While it writes, an import holds a lock in ``ARCHIVE/.imports`` that
+readers see (``layout.writers``). ``SIGTERM`` or ``SIGINT`` (``KeyboardInterrupt``, or
+``errors.Terminated``) stops the workers and removes every temporary file; workers die
+with the parent even when it is killed outright, and the next import sweeps what a
+killed one left (``layout.sweep``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fr_otel import config
-from fr_otel.archive.layout import commit_staged, discard_staged, rank_file, write_staged
-from fr_otel.archive.manifest import GroupMembers, refresh_manifest
+from fr_otel.archive.layout import (
+    ImportLock,
+    commit_staged,
+    discard_staged,
+    partition_dir,
+    rank_file,
+    sweep,
+    write_staged,
+)
+from fr_otel.archive.manifest import (
+    GroupMembers,
+    Manifest,
+    describe_ranks,
+    describe_span,
+    refresh_manifest,
+)
 from fr_otel.dumps.discover import DumpFile, discover
 from fr_otel.dumps.load import load_dump_file
 from fr_otel.dumps.membership import (
@@ -40,6 +73,29 @@ ProgressCallback = Callable[[int, int], None]
 
 _INLINE_MAX_FILES = 4
 """Below this many files a worker pool costs more than it saves."""
+
+RUN_GAP_NS = 1_000_000_000
+"""Dumps whose entries' times are further apart than this (after chaining overlapping
+ones) are of different runs. Ranks of one run issue collectives until it stops; hosts'
+clocks agree to well within this."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IncidentImported:
+    """One incident an import wrote: its ranks, the ranks without a dump, its times."""
+
+    incident: str
+    ranks: tuple[int, ...]
+    missing_ranks: tuple[int, ...]
+    time_span: tuple[int, int] | None
+
+    def describe(self) -> str:
+        text = f"{self.incident}: ranks {describe_ranks(self.ranks)}"
+        if self.missing_ranks:
+            text += f", no dump from {describe_ranks(self.missing_ranks)}"
+        if self.time_span is not None:
+            text += f", entries {describe_span(self.time_span)}"
+        return text
 
 
 @dataclass(kw_only=True)
@@ -62,26 +118,57 @@ class ImportReport:
     strict_aborted: bool = False
     memberships: dict[str, dict[str, Membership]] = field(default_factory=dict)
     """incident -> group name -> membership."""
+    imported: list[IncidentImported] = field(default_factory=list)
+    """Each incident written, in ``incidents`` order."""
+    runs_split: bool = False
+    """The input held dumps of several runs, imported as separate incidents."""
+    swept: int = 0
+    """Temporary files of earlier, killed imports removed."""
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    def runs_described(self) -> list[str]:
+        """One line per incident: its ranks, the ranks without a dump, its entries' times."""
+        return [incident.describe() for incident in self.imported]
+
     def summary(self) -> str:
-        """One line for a terminal or a log."""
+        """One line for a terminal or a log (and one more per run when runs were split)."""
         if self.strict_aborted:
             return (
                 f"nothing written to {self.archive} (--strict): "
                 f"{len(self.problems)} file(s) could not be imported"
             )
-        missing = ",".join(map(str, self.missing_ranks)) if self.missing_ranks else "none"
+        if not self.files_written:
+            why = (
+                f"{len(self.problems)} input(s) could not be used"
+                if self.problems
+                else "no dump held an entry"
+            )
+            return f"imported nothing into {self.archive}: {why}"
+        if self.runs_split:
+            missing = "; ".join(
+                f"{i.incident}: {','.join(map(str, i.missing_ranks)) or 'none'}"
+                for i in self.imported
+            )
+            ranks = f"{len(self.files_written)} rank dumps"
+        else:
+            missing = ",".join(map(str, self.missing_ranks)) if self.missing_ranks else "none"
+            ranks = f"{len(self.ranks)} ranks"
         incidents = ",".join(self.incidents) or "-"
         text = (
-            f"imported {len(self.ranks)} ranks, {self.entries} entries, {self.groups} groups"
+            f"imported {ranks}, {self.entries} entries, {self.groups} groups"
             f" into {self.archive} (job={self.job} incident={incidents}); missing ranks: {missing}"
         )
         if self.problems:
             text += f"; {len(self.problems)} file(s) failed"
+        if self.runs_split:
+            text += (
+                f"\nthe dumps are of {len(self.incidents)} runs (told apart by their times, FR"
+                " and library versions and world size), imported as separate incidents:\n"
+                + "\n".join(f"  {line}" for line in self.runs_described())
+            )
         return text
 
 
@@ -91,6 +178,10 @@ class _Task:
     job: str
     incident: str
     final: Path
+    owner: str | None = None
+    """The import's lock token, carried by its temporary files' names."""
+    base: str = ""
+    """The incident before runs were told apart (with its quorum suffix: ``quorum``)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -105,6 +196,15 @@ class _Outcome:
     incomplete_membership: bool = False
     archive_error: ArchiveError | None = None
     warnings: list[str] = field(default_factory=list)
+    time_span: tuple[int, int] | None = None
+    """(first, last) ``time_created_ns`` of its entries."""
+    fr_version: str | None = None
+    comm_lib_version: str | None = None
+    world: int | None = None
+    """The default group's size, when the dump's group table can be trusted (not gloo)."""
+    run_id: str | None = None
+    """The launch's id, when the dump's path names it (``run=R/``, the recorder's)."""
+    dump_time_ns: int = 0
 
 
 def _load_and_stage(task: _Task) -> _Outcome:
@@ -113,19 +213,49 @@ def _load_and_stage(task: _Task) -> _Outcome:
     except DumpError as exc:
         return _Outcome(task=task, error=exc)
     try:
-        staged = write_staged(parsed.table, task.final)
+        staged = write_staged(parsed.table, task.final, task.owner)
     except ArchiveError as exc:
         return _Outcome(task=task, archive_error=exc)
+    table = parsed.table
+    world = next(
+        (len(g.ranks) for g in parsed.groups.values() if g.desc == "default_pg" and g.ranks),
+        None,
+    )
+    comm_lib = next((v for v in table.column("comm_lib_version").unique().to_pylist() if v), None)
+    run_id = (
+        next((v for v in table.column("run_id").unique().to_pylist() if v), None)
+        if "run_id" in table.column_names
+        else None
+    )
+    dump_time = table.column("dump_time_ns")[0].as_py() if table.num_rows else None
+    if dump_time is None:
+        with contextlib.suppress(OSError):
+            dump_time = task.dump.path.stat().st_mtime_ns
     return _Outcome(
         task=task,
         staged=staged,
-        rows=parsed.table.num_rows,
+        rows=table.num_rows,
         span=parsed.record_id_span,
         source_format=parsed.source_format,
         groups=parsed.groups,
-        incomplete_membership=needs_membership(parsed.table),
+        incomplete_membership=needs_membership(table),
         warnings=parsed.warnings,
+        time_span=_time_span(table),
+        fr_version=parsed.version,
+        comm_lib_version=comm_lib,
+        world=world,
+        run_id=run_id,
+        dump_time_ns=dump_time or 0,
     )
+
+
+def _time_span(table: pa.Table) -> tuple[int, int] | None:
+    times = table.column("time_created_ns")
+    times = times.filter(pc.greater(times, pa.scalar(0, pa.int64())))
+    if len(times) == 0:
+        return None
+    bounds = pc.min_max(times)
+    return int(bounds["min"].as_py()), int(bounds["max"].as_py())
 
 
 def default_incident(files: Iterable[DumpFile]) -> str:
@@ -152,21 +282,188 @@ def default_incident(files: Iterable[DumpFile]) -> str:
     return f"import-{digest.hexdigest()[:12]}"
 
 
-def _plan(files: list[DumpFile], *, archive: Path, job: str, incident: str | None) -> list[_Task]:
+def _quorum_name(base: str, quorum: str | None) -> str:
+    return base if quorum is None else f"{base}-quorum{quorum}"
+
+
+def _plan(
+    files: list[DumpFile], *, archive: Path, job: str, incident: str | None, owner: str | None
+) -> list[_Task]:
     by_quorum: dict[str | None, list[DumpFile]] = {}
     for dump in files:
         by_quorum.setdefault(dump.quorum, []).append(dump)
     tasks: list[_Task] = []
     for quorum, group in sorted(by_quorum.items(), key=lambda kv: kv[0] or ""):
         base = incident if incident is not None else default_incident(group)
-        name = base if quorum is None else f"{base}-quorum{quorum}"
+        name = _quorum_name(base, quorum)
         config.validate_partition_value("incident", name)
         for dump in group:
             rank = dump.rank if dump.rank is not None else -1
             tasks.append(
-                _Task(dump=dump, job=job, incident=name, final=rank_file(archive, job, name, rank))
+                _Task(
+                    dump=dump,
+                    job=job,
+                    incident=name,
+                    final=rank_file(archive, job, name, rank),
+                    owner=owner,
+                    base=name,
+                )
             )
     return tasks
+
+
+# --- telling runs apart -------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class _Run:
+    members: list[_Outcome]
+    start: int
+    end: int
+    fr_version: str | None
+    comm_lib_version: str | None
+    world: int | None
+    run_id: str | None
+
+    def accepts(self, outcome: _Outcome) -> bool:
+        return (
+            outcome.fr_version == self.fr_version
+            and _agree(outcome.comm_lib_version, self.comm_lib_version)
+            and _agree(outcome.world, self.world)
+            and _agree(outcome.run_id, self.run_id)
+        )
+
+    def add(self, outcome: _Outcome) -> None:
+        self.members.append(outcome)
+        if outcome.time_span is not None:
+            self.start = min(self.start, outcome.time_span[0])
+            self.end = max(self.end, outcome.time_span[1])
+        self.comm_lib_version = self.comm_lib_version or outcome.comm_lib_version
+        self.world = self.world or outcome.world
+        self.run_id = self.run_id or outcome.run_id
+
+
+def _agree(a: object, b: object) -> bool:
+    return a is None or b is None or a == b
+
+
+def split_runs(outcomes: list[_Outcome]) -> list[list[_Outcome]]:
+    """The runs among one incident's dumps, oldest first (see the module's docstring).
+
+    Dumps are taken in the order of their first entry; each joins a run whose versions
+    and world size it agrees with and whose entries reach to within ``RUN_GAP_NS`` of its
+    first, else starts a run. Dumps without timed entries join the run nearest to their
+    dump time that they agree with.
+    """
+    timed = sorted(
+        (o for o in outcomes if o.time_span is not None),
+        key=lambda o: (o.time_span, str(o.task.dump.path)),
+    )
+    runs: list[_Run] = []
+    for outcome in timed:
+        assert outcome.time_span is not None
+        start, end = outcome.time_span
+        home = next(
+            (r for r in runs if r.accepts(outcome) and start <= r.end + RUN_GAP_NS),
+            None,
+        )
+        if home is None:
+            runs.append(
+                _Run(
+                    members=[outcome],
+                    start=start,
+                    end=end,
+                    fr_version=outcome.fr_version,
+                    comm_lib_version=outcome.comm_lib_version,
+                    world=outcome.world,
+                    run_id=outcome.run_id,
+                )
+            )
+        else:
+            home.add(outcome)
+    for outcome in sorted(
+        (o for o in outcomes if o.time_span is None), key=lambda o: str(o.task.dump.path)
+    ):
+        fitting = [r for r in runs if r.accepts(outcome)] or runs
+        if not fitting:
+            runs.append(
+                _Run(
+                    members=[outcome],
+                    start=outcome.dump_time_ns,
+                    end=outcome.dump_time_ns,
+                    fr_version=outcome.fr_version,
+                    comm_lib_version=outcome.comm_lib_version,
+                    world=outcome.world,
+                    run_id=outcome.run_id,
+                )
+            )
+            continue
+        when = outcome.dump_time_ns
+        nearest = min(
+            fitting,
+            key=lambda r: (
+                0 if r.start <= when <= r.end else min(abs(when - r.start), abs(when - r.end))
+            ),
+        )
+        nearest.members.append(outcome)
+    runs.sort(key=lambda r: (r.start, r.end))
+    return [r.members for r in runs]
+
+
+def _separate_runs(
+    outcomes: list[_Outcome], incident: str | None, lock: ImportLock | None, report: ImportReport
+) -> None:
+    """Give each run among the dumps of one planned incident an incident of its own."""
+    by_base: dict[str, list[_Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.error is None:
+            by_base.setdefault(outcome.task.base, []).append(outcome)
+    for base, members in sorted(by_base.items()):
+        runs = split_runs(members)
+        if len(runs) < 2:
+            continue
+        report.runs_split = True
+        quorum = members[0].task.dump.quorum
+        for number, run in enumerate(runs, start=1):
+            if incident is not None:
+                name = _quorum_name(f"{incident}-run{number}", quorum)
+            else:
+                name = _quorum_name(default_incident(o.task.dump for o in run), quorum)
+            config.validate_partition_value("incident", name)
+            if lock is not None:
+                lock.add([name])
+            for outcome in run:
+                _retarget(outcome, name)
+        _remove_if_empty(partition_dir(members[0].task.final.parents[2], members[0].task.job, base))
+
+
+def _retarget(outcome: _Outcome, incident: str) -> None:
+    """Move a staged file to another incident (its rows name their incident)."""
+    task = outcome.task
+    if task.incident == incident:
+        return
+    archive = task.final.parents[2]
+    rank = task.dump.rank if task.dump.rank is not None else -1
+    task.incident = incident
+    task.final = rank_file(archive, task.job, incident, rank)
+    if outcome.staged is None:
+        return
+    table = pq.read_table(outcome.staged)
+    column = table.schema.get_field_index("incident")
+    table = table.set_column(
+        column,
+        table.schema.field(column),
+        pa.array([incident] * table.num_rows, table.schema.field(column).type),
+    )
+    restaged = write_staged(table, task.final, task.owner)
+    discard_staged(outcome.staged)
+    outcome.staged = restaged
+
+
+def _remove_if_empty(folder: Path) -> None:
+    """A planned incident folder all of whose dumps went to runs' incidents."""
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -185,6 +482,40 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _worker_init(parent: int | None) -> None:
+    """A worker leaves signals to its parent, and dies with it even when the parent is
+    killed outright (Linux), instead of waiting forever for work. ``parent``: the
+    parent's pid when forked from it (with forkserver, the server dies with the parent)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # the parent died before the line above took effect
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop every worker now: running tasks too, not only queued ones."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    deadline = time.monotonic() + 5.0
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+
+
 def _run(tasks: list[_Task], workers: int, on_progress: ProgressCallback | None) -> list[_Outcome]:
     outcomes: list[_Outcome] = []
     total = len(tasks)
@@ -194,12 +525,23 @@ def _run(tasks: list[_Task], workers: int, on_progress: ProgressCallback | None)
             if on_progress:
                 on_progress(len(outcomes), total)
         return outcomes
-    with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=_pool_context()) as pool:
+    context = _pool_context()
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, total),
+        mp_context=context,
+        initializer=_worker_init,
+        initargs=(os.getpid() if context.get_start_method() == "fork" else None,),
+    )
+    try:
         futures = [pool.submit(_load_and_stage, task) for task in tasks]
         for future in as_completed(futures):
             outcomes.append(future.result())
             if on_progress:
                 on_progress(len(outcomes), total)
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
     return outcomes
 
 
@@ -247,7 +589,7 @@ def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportRepor
         for outcome in members.values():
             if outcome.incomplete_membership and outcome.staged is not None:
                 table = apply_memberships(pq.read_table(outcome.staged), memberships)
-                restaged = write_staged(table, outcome.task.final)
+                restaged = write_staged(table, outcome.task.final, outcome.task.owner)
                 discard_staged(outcome.staged)
                 outcome.staged = restaged
         # a dump without entries is a rank whose buffer is missing
@@ -257,9 +599,9 @@ def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportRepor
         report.groups += len(memberships)
 
 
-def _write_manifest(archive: Path, job: str, incident: str, report: ImportReport) -> None:
+def _write_manifest(archive: Path, job: str, incident: str, report: ImportReport) -> Manifest:
     """Record the incident's ranks and groups beside its files."""
-    refresh_manifest(
+    return refresh_manifest(
         archive,
         job,
         incident,
@@ -283,9 +625,12 @@ def import_dumps(
     """Import Flight Recorder dumps (files, directories or globs) into an archive.
 
     Never raises for a bad dump file: each one is in ``report.problems`` and the others
-    are imported (with ``strict``, nothing is written when any file fails). Raises
-    ``ArchiveError`` when the archive itself cannot be written (nothing partial is left)
-    and ``ConfigError`` for an unusable job or incident name.
+    are imported (with ``strict``, nothing is written when any file fails); so is a
+    folder without any dump. Dumps of different runs become separate incidents (see the
+    module's docstring). Raises ``ArchiveError`` when the archive itself cannot be
+    written (nothing partial is left) and ``ConfigError`` for an unusable job or incident
+    name. Interrupted (``KeyboardInterrupt``), it stops its workers and leaves no
+    temporary file.
     """
     archive_path = config.archive_dir(archive)
     job_value = config.job_name(job)
@@ -297,44 +642,109 @@ def import_dumps(
         report.problems.append(
             DumpError(missing, "missing", "no such file, directory or matching glob")
         )
-    tasks = _plan(discovery.files, archive=archive_path, job=job_value, incident=incident)
-    outcomes: list[_Outcome] = []
-    try:
-        outcomes = _run(tasks, config.import_workers(workers), on_progress)
-        for outcome in outcomes:
-            if outcome.archive_error is not None:
-                raise outcome.archive_error
-        report.problems.extend(o.error for o in outcomes if o.error is not None)
-        kept, dropped = _pick_per_rank(outcomes, report)
-        for outcome in dropped:
-            if outcome.staged is not None:
-                discard_staged(outcome.staged)
-                outcome.staged = None
-        _fill_memberships(kept, report)
-        report.warnings.extend(
-            (printable(o.task.dump.path), w) for o in kept.values() for w in o.warnings
-        )
-        report.warnings.sort()
+    for folder, holds in discovery.empty:
+        report.problems.append(DumpError(folder, "missing", _no_dumps_detail(holds)))
+    if not discovery.files:
         report.problems.sort(key=lambda e: e.path)
-        if strict and report.problems:
-            report.strict_aborted = True
-            return report
-        for outcome in sorted(kept.values(), key=lambda o: str(o.task.final)):
-            assert outcome.staged is not None
-            if outcome.rows == 0:  # a buffer without entries: the rank stays missing
-                discard_staged(outcome.staged)
-                outcome.staged = None
-                continue
-            commit_staged(outcome.staged, outcome.task.final)
-            outcome.staged = None
-            report.files_written.append(outcome.task.final)
-            report.entries += outcome.rows
-        report.ranks = sorted({rank for (_, rank), o in kept.items() if o.rows})
-        report.incidents = sorted({incident for incident, _ in kept})
-        for incident in report.incidents:
-            _write_manifest(archive_path, job_value, incident, report)
         return report
-    finally:
-        for outcome in outcomes:
-            if outcome.staged is not None:
-                discard_staged(outcome.staged)
+    lock = ImportLock(archive_path, job_value, ())
+    tasks = _plan(
+        discovery.files, archive=archive_path, job=job_value, incident=incident, owner=lock.token
+    )
+    lock.add(t.incident for t in tasks)
+    outcomes: list[_Outcome] = []
+    interrupted = False
+    with lock:
+        report.swept = len(sweep(archive_path, mine=lock))
+        try:
+            outcomes = _run(tasks, config.import_workers(workers), on_progress)
+            _finish(outcomes, archive_path, job_value, incident, strict, lock, report)
+            return report
+        except BaseException:
+            interrupted = True
+            raise
+        finally:
+            for outcome in outcomes:
+                if outcome.staged is not None:
+                    discard_staged(outcome.staged)
+            if interrupted:
+                # what workers staged before they were stopped, whose names never came back
+                sweep(archive_path, mine=lock, also=((job_value, i) for i in lock.incidents))
+            for name in lock.incidents:
+                _remove_if_empty(partition_dir(archive_path, job_value, name))
+
+
+def _no_dumps_detail(holds: list[str]) -> str:
+    what = (
+        "it is empty"
+        if not holds
+        else "it holds " + ", ".join(holds[:3]) + (", ..." if len(holds) > 3 else "")
+    )
+    return (
+        "no Flight Recorder dumps in this folder or below (a dump's file name ends in its"
+        f" rank: comm_lib_trace_rank_3, nccl_trace_rank_3.json, rank_3); {what}"
+    )
+
+
+def _finish(
+    outcomes: list[_Outcome],
+    archive_path: Path,
+    job_value: str,
+    incident: str | None,
+    strict: bool,
+    lock: ImportLock,
+    report: ImportReport,
+) -> None:
+    """Everything after the workers: runs, duplicates, membership, commit, manifests."""
+    for outcome in outcomes:
+        if outcome.archive_error is not None:
+            raise outcome.archive_error
+    report.problems.extend(o.error for o in outcomes if o.error is not None)
+    _separate_runs(outcomes, incident, lock, report)
+    kept, dropped = _pick_per_rank(outcomes, report)
+    for outcome in dropped:
+        if outcome.staged is not None:
+            discard_staged(outcome.staged)
+            outcome.staged = None
+    _fill_memberships(kept, report)
+    report.warnings.extend(
+        (printable(o.task.dump.path), w) for o in kept.values() for w in o.warnings
+    )
+    report.warnings.sort()
+    report.problems.sort(key=lambda e: e.path)
+    if strict and report.problems:
+        report.strict_aborted = True
+        return
+    for outcome in sorted(kept.values(), key=lambda o: str(o.task.final)):
+        assert outcome.staged is not None
+        if outcome.rows == 0:  # a buffer without entries: the rank stays missing
+            discard_staged(outcome.staged)
+            outcome.staged = None
+            continue
+        commit_staged(outcome.staged, outcome.task.final)
+        outcome.staged = None
+        report.files_written.append(outcome.task.final)
+        report.entries += outcome.rows
+    report.ranks = sorted({rank for (_, rank), o in kept.items() if o.rows})
+    report.incidents = sorted(
+        {name for name, _ in kept},
+        key=lambda name: (_first_time(kept, name), name),
+    )
+    for name in report.incidents:
+        manifest = _write_manifest(archive_path, job_value, name, report)
+        spans = [o.time_span for (inc, _), o in kept.items() if inc == name and o.time_span]
+        report.imported.append(
+            IncidentImported(
+                incident=name,
+                ranks=manifest.ranks,
+                missing_ranks=manifest.missing_ranks,
+                time_span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
+            )
+        )
+
+
+def _first_time(kept: dict[tuple[str, int], _Outcome], incident: str) -> int:
+    return min(
+        (o.time_span[0] for (inc, _), o in kept.items() if inc == incident and o.time_span),
+        default=0,
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,3 +146,36 @@ def read_manifest(archive: Path, job: str, incident: str) -> Manifest | None:
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def describe_ranks(ranks: Iterable[int], *, limit: int = 12) -> str:
+    """``0-4,6,9-63``: ranks as runs of consecutive numbers, at most ``limit`` runs."""
+    ordered = sorted(set(ranks))
+    if not ordered:
+        return "none"
+    runs: list[tuple[int, int]] = []
+    for rank in ordered:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], rank)
+        else:
+            runs.append((rank, rank))
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs[:limit]]
+    more = f",... ({len(ordered)} in all)" if len(runs) > limit else ""
+    return ",".join(parts) + more
+
+
+def describe_span(span: tuple[int, int]) -> str:
+    """``2026-11-29 10:00:01 - 10:12:33 UTC (12m32s)`` for two epoch nanosecond times."""
+    first, last = span
+    start = time.gmtime(first / 1e9)
+    end = time.gmtime(last / 1e9)
+    same_day = start[:3] == end[:3]
+    text = time.strftime("%Y-%m-%d %H:%M:%S", start) + " - "
+    text += time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", end) + " UTC"
+    seconds = max(0, round((last - first) / 1e9))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    length = (
+        f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    )
+    return f"{text} ({length})"

@@ -12,11 +12,12 @@ import sys
 import click
 
 from fr_otel import __version__
-from fr_otel.cli._errors import run_translating_errors
+from fr_otel.cli._errors import run_translating_errors, state
 from fr_otel.cli.analyze_cmd import analyze_
 from fr_otel.cli.demo_cmd import demo
 from fr_otel.cli.export_cmd import export
 from fr_otel.cli.import_cmd import import_
+from fr_otel.cli.incidents_cmd import incidents
 from fr_otel.cli.run_cmd import run
 from fr_otel.cli.simulate_cmd import simulate
 from fr_otel.cli.sql_cmd import sql
@@ -30,7 +31,13 @@ def cli(verbose: int) -> None:
 
     Import dumps into a Parquet archive, analyze them, query them with SQL, and
     simulate fleets to try it all on.
+
+    \b
+    Exit codes: 0 success (analyze: healthy), 1 analyze found problems,
+    2 unusable input, 3 internal error (-v shows the traceback),
+    130/143 interrupted (Ctrl-C/SIGTERM).
     """
+    state.verbose = verbose
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, format="fr-otel: %(levelname)s: %(message)s", stream=sys.stderr
@@ -39,6 +46,7 @@ def cli(verbose: int) -> None:
 
 cli.add_command(import_)
 cli.add_command(analyze_)
+cli.add_command(incidents)
 cli.add_command(sql)
 cli.add_command(export)
 cli.add_command(simulate)

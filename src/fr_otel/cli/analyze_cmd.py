@@ -91,8 +91,13 @@ def render_json(analysis: Analysis, out: TextIO) -> None:
 
 @click.command("analyze")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-@click.option("--job", default=None, help="Job to analyse (default: the archive's latest).")
-@click.option("--incident", default=None, help="Incident to analyse (default: the latest).")
+@click.option("--job", default=None, help="Job to analyse (default: the only one; else say which).")
+@click.option(
+    "--incident",
+    default=None,
+    help="Incident to analyse (default: the only one; with several, they are listed and"
+    " the exit code is 2: see fr-otel incidents).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -139,13 +144,16 @@ def analyze_(
     """Find what broke a job: the culprit rank, the collective and the line of code.
 
     PATH is an archive written by `fr-otel import`, or dump files or a folder of them
-    (imported on the fly). Exit code 0: no problems found; 1: findings; 2: unusable input.
+    (imported on the fly). A file that cannot be read is named and its rank counts as
+    without a dump (unknown, never blamed). Exit code 0: no problems found; 1: findings;
+    2: unusable input (or several incidents and none chosen); 3: internal error.
     """
     if fmt == "html":
         return _html(path, job, incident, output, columns, max_ranks, trace_url)
     from fr_otel.analysis import analyze
+    from fr_otel.analysis.source import reading_damaged_files
 
-    analysis = analyze(path, job=job, incident=incident)
+    analysis = reading_damaged_files(lambda: analyze(path, job=job, incident=incident))
     _report_problems(analysis)
     if output is not None:
         with output.open("w") as handle:
@@ -165,7 +173,7 @@ def _report_problems(analysis: Analysis) -> None:
     for problem in analysis.input_problems:
         click.echo(
             f"fr-otel: {problem['path']}: {problem['problem']}: {problem['detail']}"
-            " (analysed without it)",
+            " (analysed without it: its rank is unknown)",
             err=True,
         )
 
@@ -179,19 +187,22 @@ def _html(
     max_ranks: int,
     trace_url: str | None,
 ) -> int:
+    from fr_otel.analysis.source import reading_damaged_files
     from fr_otel.config import trace_url as configured_trace_url
     from fr_otel.report.build import build_report
     from fr_otel.report.html import render_html
 
     template = configured_trace_url(trace_url)
-    report = build_report(
-        path,
-        job=job,
-        incident=incident,
-        columns=columns,
-        max_ranks=max_ranks,
-        trace_ids=template is not None,
-        span_ids=template is not None and "{span_id}" in template,
+    report = reading_damaged_files(
+        lambda: build_report(
+            path,
+            job=job,
+            incident=incident,
+            columns=columns,
+            max_ranks=max_ranks,
+            trace_ids=template is not None,
+            span_ids=template is not None and "{span_id}" in template,
+        )
     )
     _report_problems(report.analysis)
     page = render_html(report, trace_url=template)

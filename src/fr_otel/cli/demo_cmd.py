@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from fr_otel import TORCH_EXTRA_HINT
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
 
 DEMO_SCENARIO = "skipped_collective"
@@ -45,12 +46,18 @@ def demo(out: Path, world: int) -> int:
     (and over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set). Then the archive is analysed,
     exported as OTLP JSON lines, and queried with DuckDB.
     """
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # torch is an optional dependency
+        raise click.ClickException(
+            f"the demo runs a real torch.distributed job and needs torch, which is not"
+            f" installed: {TORCH_EXTRA_HINT}"
+        )
     try:
         from fr_otel.demo.recorded_job import SCENARIOS, run_recorded
-    except ImportError as exc:  # torch is an optional dependency
+    except ImportError as exc:
         raise click.ClickException(
-            f"the demo runs a real torch.distributed job and needs torch ({exc});"
-            " install it with: pip install 'fr-otel[torch]'"
+            f"the demo needs torch and numpy ({exc}): {TORCH_EXTRA_HINT}"
         ) from None
     import duckdb
 

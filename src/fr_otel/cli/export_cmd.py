@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import os
+import sys
+import threading
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,17 +17,45 @@ from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    import pyarrow as pa
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 
-    from fr_otel.otel.transport import Payload, RequestExporter
+    from fr_otel.config import OtlpSettings
+    from fr_otel.otel.transport import ExportOutcome, Payload, RequestExporter, SendReport
+
+SLOW_ANSWER_S = 1.0
+"""Say so when the Collector has not answered within this long."""
+STILL_DOWN_EVERY_S = 10.0
+"""While retrying, say so again this often."""
+_UNREACHABLE = (
+    "refused",
+    "unavailable",
+    "failed to connect",
+    "timed out",
+    "timeout",
+    "deadline",
+    "name or service not known",
+    "no route",
+    "unreachable",
+    "reset",
+    "closed",
+    "disconnected",
+    "ssl",
+    "handshake",
+)
 
 
 @click.command("export")
 @click.argument("archive", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--job", default=None, help="Job to export (default: the archive's latest).")
-@click.option("--incident", default=None, help="Incident to export (default: the latest).")
+@click.option("--job", default=None, help="Job to export (default: the only one).")
+@click.option(
+    "--incident",
+    default=None,
+    help="Incident to export (default: the only one; with several, they are listed and"
+    " the exit code is 2).",
+)
 @click.option(
     "--otlp-json",
     "otlp_json",
@@ -38,8 +70,17 @@ if TYPE_CHECKING:
     default=None,
     metavar="[ENDPOINT]",
     help="Send over OTLP to ENDPOINT, or to $OTEL_EXPORTER_OTLP_ENDPOINT when none is given"
-    " (protocol, headers, compression, timeout, certificates: the standard OTEL_EXPORTER_OTLP_*"
-    " variables). What cannot be delivered goes to the spool.",
+    " (headers, compression, timeout, certificates: the standard OTEL_EXPORTER_OTLP_*"
+    " variables). http://host:4318 is OTLP/HTTP; host:4317 (no scheme) is OTLP/gRPC."
+    " What cannot be delivered goes to the spool.",
+)
+@click.option(
+    "--protocol",
+    type=click.Choice(["grpc", "http/protobuf"], case_sensitive=False),
+    default=None,
+    help="OTLP protocol (default: $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,"
+    " $OTEL_EXPORTER_OTLP_PROTOCOL, else gRPC for an endpoint without a scheme and"
+    " http/protobuf for a URL).",
 )
 @click.option(
     "--resend",
@@ -78,6 +119,7 @@ def export(
     incident: str | None,
     otlp_json: Path | None,
     otlp: str | None,
+    protocol: str | None,
     resend: bool,
     spool_dir: Path | None,
     deadline: float,
@@ -87,7 +129,8 @@ def export(
     """Export an incident's entries as spans: one trace per collective across ranks.
 
     Exit code 0 when everything was delivered or written, 2 when some requests could
-    only be spooled (send them later with --otlp --resend) or were refused.
+    only be spooled (send them later with --otlp --resend) or were refused, or the
+    input is unusable. A rank file that cannot be read is named and left out.
     """
     if otlp_json is None and jaeger_json is None and otlp is None:
         raise click.UsageError(
@@ -95,30 +138,46 @@ def export(
         )
     if resend and otlp is None:
         raise click.UsageError("--resend sends over OTLP: add --otlp [ENDPOINT]")
+    if protocol is not None and otlp is None:
+        raise click.UsageError("--protocol is for --otlp: add --otlp [ENDPOINT]")
     spool_dir = spool_dir if spool_dir is not None else archive / "_spool"
-    exporter = _exporter(otlp) if otlp is not None else None
+    settings, source = _settings(otlp, protocol) if otlp is not None else (None, "")
     if resend:
         from fr_otel.otel.spool import resend as resend_spooled
 
-        assert exporter is not None
-        report = resend_spooled(spool_dir, exporter, deadline)
-        exporter.shutdown()
+        assert settings is not None
+        exporter = _Narrated(settings, source, deadline, spool_dir, total_spans=None)
+        try:
+            report = resend_spooled(spool_dir, exporter, deadline)
+        finally:
+            exporter.shutdown()
         click.echo(
             f"resent {report.sent_spans} spans from {spool_dir};"
-            f" {report.unsent_spans} still waiting"
+            f" {report.unsent_spans} still waiting" + _why(report)
         )
         return EXIT_OK if report.ok else EXIT_BAD_INPUT
     import duckdb
 
-    from fr_otel.analysis.source import pick_incident, register_archive
+    from fr_otel.analysis.source import (
+        CheckedFiles,
+        Incident,
+        pick_incident,
+        reading_damaged_files,
+        register_archive,
+    )
     from fr_otel.otel.encode import encode_requests
     from fr_otel.otel.jaegerjson import write_jaeger_json
     from fr_otel.otel.jsonfile import write_otlp_json
 
-    chosen = pick_incident(archive, job, incident)
-    with duckdb.connect() as connection:
-        register_archive(connection, archive, only=chosen)
-        table = connection.sql("SELECT * FROM src").to_arrow_table()
+    def read() -> tuple[Incident, CheckedFiles, pa.Table]:
+        chosen = pick_incident(archive, job, incident)
+        with duckdb.connect() as connection:
+            checked = register_archive(connection, archive, only=chosen)
+            return chosen, checked, connection.sql("SELECT * FROM src").to_arrow_table()
+
+    chosen, checked, table = reading_damaged_files(read)
+    for problem in checked.problems:
+        click.echo(f"fr-otel: {problem} (exported without it)", err=True)
     verdicts: list[ExportTraceServiceRequest] = []
     if findings:
         from fr_otel.analysis import analyze
@@ -146,35 +205,209 @@ def export(
     if jaeger_json is not None:
         spans = write_jaeger_json(requests, jaeger_json)
         click.echo(f"exported {spans} spans ({where}) to {jaeger_json}")
-    if exporter is None:
+    if settings is None:
         return EXIT_OK
     from fr_otel.otel.spool import spool
-    from fr_otel.otel.transport import send_all
+    from fr_otel.otel.transport import send_all, span_count
     from fr_otel.otel.wire import encode_requests_fast
 
     payloads: Iterable[Payload] = itertools.chain(
         encode_requests_fast(table, resource=resource), verdicts
     )
-    report = send_all(payloads, exporter, deadline_s=deadline)
+    total = table.num_rows + sum(span_count(v) for v in verdicts)
+    exporter = _Narrated(settings, source, deadline, spool_dir, total_spans=total)
+    try:
+        report = send_all(payloads, exporter, deadline_s=deadline)
+    except KeyboardInterrupt as exc:
+        unsent: SendReport | None = getattr(exc, "send_report", None)
+        exporter.shutdown()
+        if unsent is not None and unsent.unsent:
+            spool(unsent.unsent, spool_dir)
+            click.echo(
+                f"fr-otel: interrupted after sending {unsent.sent_spans} spans;"
+                f" {unsent.unsent_spans} spans spooled in {spool_dir}: send them later with"
+                " --otlp --resend",
+                err=True,
+            )
+        raise
     exporter.shutdown()
-    message = f"sent {report.sent_spans} spans ({where}) over OTLP"
+    message = f"sent {report.sent_spans} spans ({where}) over OTLP to {exporter.target}"
     if report.unsent:
         spool(report.unsent, spool_dir)
         message += (
-            f"; {report.unsent_spans} spans spooled in {spool_dir}"
-            f" ({'; '.join(report.reasons[-1:])}): send them later with --otlp --resend"
+            f"; {report.unsent_spans} spans spooled in {spool_dir}{_why(report)}:"
+            " send them later with --otlp --resend"
         )
+    if report.rejected:
+        message += f"; {report.rejected_spans} spans refused by the receiver{_why(report)}"
     click.echo(message)
     return EXIT_OK if report.ok else EXIT_BAD_INPUT
 
 
-def _exporter(endpoint: str) -> RequestExporter:
-    from fr_otel import config
-    from fr_otel.otel.transport import exporter_for
+def _why(report: SendReport) -> str:
+    """The last failure that says something (not merely that time ran out)."""
+    reasons = [r for r in report.reasons if r not in ("deadline reached", "interrupted")]
+    if not reasons:
+        return f" ({report.reasons[-1]})" if report.reasons else ""
+    last = reasons[-1]
+    if report.deadline_reached:
+        return f" (deadline reached; last error: {last})"
+    return f" ({last})"
 
-    settings = config.otlp_settings(endpoint or None)
+
+def _settings(endpoint: str, protocol: str | None) -> tuple[OtlpSettings, str]:
+    """The OTLP settings for ``--otlp [ENDPOINT]`` and ``--protocol``, and where the
+    protocol came from."""
+    from fr_otel import config
+    from fr_otel.errors import ConfigError
+
+    source = "--protocol" if protocol is not None else None
+    if protocol is None:
+        for variable in (
+            config.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+            config.OTEL_EXPORTER_OTLP_PROTOCOL,
+        ):
+            if os.environ.get(variable, "").strip():
+                source = variable
+                break
+    raw = endpoint or next(
+        (
+            os.environ[v].strip()
+            for v in (config.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, config.OTEL_EXPORTER_OTLP_ENDPOINT)
+            if os.environ.get(v, "").strip()
+        ),
+        "",
+    )
+    if source is None:
+        if raw and "://" not in raw:
+            protocol, source = config.PROTOCOL_GRPC, "the endpoint has no scheme"
+        else:
+            source = "the default"
+    try:
+        settings = config.otlp_settings(endpoint or None, protocol)
+    except ConfigError as exc:
+        if raw and "://" not in raw:
+            raise ConfigError(
+                f"endpoint {raw!r} has no scheme, and OTLP/HTTP ({source}) needs a URL:"
+                f" for OTLP/HTTP give http://{raw}; for OTLP/gRPC, --protocol grpc"
+            ) from exc
+        raise
     if settings is None:
         raise click.UsageError(
             "no OTLP endpoint: pass --otlp ENDPOINT or set OTEL_EXPORTER_OTLP_ENDPOINT"
         )
-    return exporter_for(settings)
+    return settings, source
+
+
+def _describe(settings: OtlpSettings) -> str:
+    from fr_otel import config
+    from fr_otel.otel.transport import grpc_target
+
+    if settings.protocol == config.PROTOCOL_GRPC:
+        target, tls = grpc_target(settings.endpoint, insecure=settings.insecure)
+        text = f"sending over OTLP/gRPC to {target} ({'TLS' if tls else 'plaintext'}"
+        if tls and "://" not in settings.endpoint:
+            text += (
+                f"; for plaintext: http://{settings.endpoint} or OTEL_EXPORTER_OTLP_INSECURE=true"
+            )
+        return text + ")"
+    return f"sending over OTLP/HTTP to {settings.endpoint}"
+
+
+class _Narrated:
+    """The exporter, saying what happens: the Collector unreachable and retried (within
+    a second, with the reason), back again, and progress on a terminal."""
+
+    def __init__(
+        self,
+        settings: OtlpSettings,
+        source: str,
+        deadline_s: float,
+        spool_dir: Path,
+        total_spans: int | None,
+    ) -> None:
+        from fr_otel.otel.transport import exporter_for
+
+        # said as sending begins, so that what follows is timed from here
+        click.echo(
+            f"fr-otel: {_describe(settings)} (protocol {settings.protocol}: {source})", err=True
+        )
+        self._inner: RequestExporter = exporter_for(settings)
+        self.target = settings.endpoint
+        self._deadline = time.monotonic() + deadline_s
+        self._spool_dir = spool_dir
+        self._down_since: float | None = None
+        self._last_said = 0.0
+        self._attempts_down = 0
+        self._lock = threading.Lock()
+        self._bar: Any = None
+        if total_spans and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=total_spans, unit="span", desc="exporting", leave=False, file=sys.stderr
+            )
+
+    def _say(self, message: str) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.write(message, file=sys.stderr)
+            else:
+                click.echo(message, err=True)
+
+    def export(self, request: Payload, deadline: float) -> ExportOutcome:
+        from fr_otel.otel.transport import ExportResult, span_count
+
+        timer = threading.Timer(SLOW_ANSWER_S, self._slow)
+        timer.daemon = True
+        if self._down_since is None:
+            timer.start()
+        try:
+            outcome = self._inner.export(request, deadline)
+        finally:
+            timer.cancel()
+        now = time.monotonic()
+        if outcome.result is ExportResult.FAILURE_RETRYABLE:
+            self._attempts_down += 1
+            left = max(0.0, self._deadline - now)
+            if self._down_since is None:
+                self._down_since = now
+                self._last_said = now
+                self._say(
+                    f"fr-otel: the Collector at {self.target} {self._state(outcome.detail)}:"
+                    f" {outcome.detail}; retrying for up to {left:.0f} s (--deadline),"
+                    f" then spooling what is left in {self._spool_dir}"
+                )
+            elif now - self._last_said >= STILL_DOWN_EVERY_S:
+                self._last_said = now
+                self._say(
+                    f"fr-otel: still no delivery after {self._attempts_down} attempts in"
+                    f" {now - self._down_since:.0f} s ({outcome.detail}); {left:.0f} s left"
+                )
+        elif outcome.result is ExportResult.SUCCESS:
+            if self._down_since is not None:
+                self._say(f"fr-otel: the Collector at {self.target} answers again; sending")
+                self._down_since = None
+                self._attempts_down = 0
+            if self._bar is not None:
+                self._bar.update(span_count(request))
+        return outcome
+
+    @staticmethod
+    def _state(detail: str) -> str:
+        lowered = detail.lower()
+        if any(word in lowered for word in _UNREACHABLE):
+            return "is unreachable"
+        return "refuses the spans for now"
+
+    def _slow(self) -> None:
+        self._say(
+            f"fr-otel: no answer yet from the Collector at {self.target} after"
+            f" {SLOW_ANSWER_S:.0f} s; still waiting"
+        )
+
+    def shutdown(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        self._inner.shutdown()

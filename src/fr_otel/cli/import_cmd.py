@@ -48,7 +48,12 @@ def import_(
 
     DUMPS are dump files, directories holding them (searched recursively) or globs,
     pickle or JSON, any FR version, NCCL or gloo. Each bad file is named with its
-    problem and the others are still imported; the exit code is then 2.
+    problem and the others are still imported; the exit code is then 2, as it is when
+    nothing could be imported (a folder without dumps). Dumps of different runs of a job
+    (told apart by their times, FR and library versions and world size) become separate
+    incidents, INCIDENT-run1, -run2... oldest first. Interrupted (Ctrl-C, SIGTERM), it
+    stops its workers and removes its temporary files; the next import removes those a
+    killed import left.
 
     \b
     Query the archive with DuckDB:
@@ -97,7 +102,12 @@ def import_(
     for path, warning in report.warnings:
         click.echo(f"fr-otel: {path}: warning: {warning}", err=True)
     click.echo(report.summary())
-    return EXIT_OK if report.ok else EXIT_BAD_INPUT
+    if report.swept:
+        click.echo(
+            f"fr-otel: removed {report.swept} file(s) an interrupted import had left", err=True
+        )
+    # nothing imported (no dumps, none with an entry): the input is unusable
+    return EXIT_OK if report.ok and report.files_written else EXIT_BAD_INPUT
 
 
 def _import_spans(

@@ -36,6 +36,8 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
 
     Example: fr-otel run --job llama -- torchrun --nproc-per-node 8 train.py
     """
+    if command[0].startswith("-"):
+        _explain_option(command)
     from fr_otel.recorder.launcher import run as run_command
 
     overrides: dict[str, str] = {}
@@ -53,6 +55,13 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
         raise click.ClickException(f"cannot run {command[0]!r}: {exc.strerror}") from None
     settings = result.settings
     for report in result.late_flushes:
+        if report.archived is None:  # a failed write is said as failed, never as flushed
+            click.echo(
+                f"fr-otel: could not archive the ring of rank {report.rank} (died without"
+                f" flushing) into incident {report.incident}: {'; '.join(report.problems)}",
+                err=True,
+            )
+            continue
         click.echo(
             f"fr-otel: flushed the ring of rank {report.rank} (died without flushing)"
             f" into incident {report.incident}",
@@ -75,3 +84,21 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
     # a command ended by a signal exits as a shell reports it: 128 + the signal (143 for
     # SIGTERM), not the negative number subprocess gives (which the OS wraps to 241)
     return 128 - result.returncode if result.returncode < 0 else result.returncode
+
+
+def _explain_option(command: tuple[str, ...]) -> None:
+    """``fr-otel run --nproc-per-node 2 -- torchrun train.py``: an option fr-otel run does
+    not have, before the command. Say where it goes instead of trying to run it."""
+    option = command[0]
+    rest = list(command[1:])
+    if "--" in rest:
+        before, after = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
+    else:
+        before, after = [], rest
+    launcher = after[0] if after else "torchrun"
+    example = " ".join(["fr-otel run --", launcher, option, *before, *after[1:]])
+    raise click.UsageError(
+        f"{option} is not an option of fr-otel run, whose own options (--mode, --archive,"
+        " --job) go before `--`; the command and its options go after it, as in:"
+        f" {example}"
+    )

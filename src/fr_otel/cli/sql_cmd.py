@@ -45,27 +45,38 @@ def sql(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
     """Run SQL over an archive (DuckDB), with the views entries, collectives, findings.
 
     Without QUERY, reads it from standard input, or (on a terminal) lists the views and
-    their columns. The same Parquet files work with plain duckdb:
+    their columns. A rank file that cannot be read is named and left out of the views.
+    The same Parquet files work with plain duckdb:
     read_parquet('ARCHIVE/**/*.parquet', hive_partitioning = true).
     """
-    import duckdb
-
-    from fr_otel.analysis.source import is_archive
-    from fr_otel.analysis.views import register_views
+    from fr_otel.analysis.source import is_archive, reading_damaged_files
 
     if not is_archive(archive):
         raise ArchiveError(f"{archive} is not an archive (no job=*/incident=*/*.parquet inside)")
     if query is None and not sys.stdin.isatty():
         query = sys.stdin.read()
+    return reading_damaged_files(lambda: _run(archive, query, fmt, max_rows))
+
+
+def _run(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
+    import duckdb
+
+    from fr_otel.analysis.source import is_read_error, unusable_files
+    from fr_otel.analysis.views import register_views
+
     with duckdb.connect() as connection:
         wants_findings = query is not None and re.search(r"\bfindings\b", query, re.I) is not None
         register_views(connection, archive, findings=wants_findings)
+        for problem in unusable_files(connection):
+            click.echo(f"fr-otel: {problem} (left out of the views)", err=True)
         if not query or not query.strip():
             click.echo(_describe(connection))
             return EXIT_OK
         try:
             relation = connection.sql(query)
         except duckdb.Error as exc:
+            if is_read_error(exc):
+                raise  # a damaged file: read again, checking every page
             raise click.ClickException(f"query failed: {exc}") from None
         if relation is None:
             return EXIT_OK

@@ -19,7 +19,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _DUMP_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<suffix>\.json|\.pkl|\.pickle)?$")
@@ -45,6 +45,9 @@ class Discovery:
     files: list[DumpFile]
     missing: list[str]
     """Paths or globs that matched nothing."""
+    empty: list[tuple[str, list[str]]] = field(default_factory=list)
+    """Directories (or globs) that exist but hold no dump, with the first few file names
+    they do hold."""
 
 
 def parse_dump_name(path: Path) -> DumpFile:
@@ -61,11 +64,15 @@ def _looks_like_dump(name: str) -> bool:
     return _DUMP_NAME.match(name) is not None and not name.startswith(".")
 
 
-def _walk(directory: Path) -> list[Path]:
+def _walk(directory: Path, others: list[str] | None = None) -> list[Path]:
     found: list[Path] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(Path(root) / f for f in sorted(files) if _looks_like_dump(f))
+        for name in sorted(files):
+            if _looks_like_dump(name):
+                found.append(Path(root) / name)
+            elif others is not None and len(others) < 10:
+                others.append(os.path.relpath(os.path.join(root, name), directory))
     return found
 
 
@@ -77,11 +84,15 @@ def discover(paths: list[str | Path]) -> Discovery:
     """
     seen: dict[Path, DumpFile] = {}
     missing: list[str] = []
+    empty: list[tuple[str, list[str]]] = []
     for raw in paths:
         text = str(raw)
         path = Path(text)
         if path.is_dir():
-            candidates = _walk(path)
+            others: list[str] = []
+            candidates = _walk(path, others)
+            if not candidates:
+                empty.append((text, others))
         elif path.exists():
             candidates = [path]
         elif _GLOB_CHARS & set(text):
@@ -102,4 +113,4 @@ def discover(paths: list[str | Path]) -> Discovery:
             if key not in seen:
                 seen[key] = parse_dump_name(candidate)
     files = sorted(seen.values(), key=lambda f: str(f.path))
-    return Discovery(files=files, missing=missing)
+    return Discovery(files=files, missing=missing, empty=empty)

@@ -415,7 +415,9 @@ def send_all(
 
     Requests are pulled from ``requests`` one at a time (a generator is encoded as it is
     sent). Once time is up, the current request and every one not yet tried are returned
-    in ``unsent`` without another attempt.
+    in ``unsent`` without another attempt. Interrupted (``KeyboardInterrupt``), it
+    re-raises with the report, its ``unsent`` complete, as the exception's
+    ``send_report``, so the caller can spool what is left.
     """
     if not deadline_s > 0:  # NaN included
         raise ConfigError(f"deadline must be positive, got {deadline_s}")
@@ -424,22 +426,37 @@ def send_all(
     report = SendReport()
     pending: deque[Payload] = deque()
     source = iter(requests)
-    while True:
-        if pending:
-            request = pending.popleft()
-        else:
-            following = next(source, None)
-            if following is None:
+    current: Payload | None = None
+    try:
+        while True:
+            if pending:
+                request = pending.popleft()
+            else:
+                following = next(source, None)
+                if following is None:
+                    break
+                request = following
+            if _empty(request):
+                continue  # the spec asks senders not to send empty envelopes
+            if time.monotonic() >= deadline:
+                report.deadline_reached = True
+                report.unsent.append(request)
                 break
-            request = following
-        if _empty(request):
-            continue  # the spec asks senders not to send empty envelopes
-        if time.monotonic() >= deadline:
-            report.deadline_reached = True
-            report.unsent.append(request)
-            break
-        if not _deliver(request, exporter, deadline, report, pending):
-            break
+            current = request
+            delivered = _deliver(request, exporter, deadline, report, pending)
+            current = None
+            if not delivered:
+                break
+    except KeyboardInterrupt as exc:
+        # Ctrl-C or SIGTERM: what was not delivered is handed back (to spool), not lost
+        if current is not None and not any(r is current for r in report.unsent):
+            report.unsent.append(current)
+        report.unsent.extend(pending)
+        report.unsent.extend(r for r in source if not _empty(r))
+        report.note("interrupted")
+        report.elapsed_s = time.monotonic() - started
+        exc.send_report = report  # type: ignore[attr-defined]
+        raise
     if report.deadline_reached:
         report.note("deadline reached")
         report.unsent.extend(pending)
