@@ -18,12 +18,15 @@ def write_ring(
     running_last: bool = False,
     site: tuple[str, str, int] | None = None,
     capacity: int = 8,
+    run_id: str | None = None,
 ) -> None:
     """One all_reduce of 8 floats in the default group per sequence number, completed
     (the last one still running with ``running_last``), then the ring closed: unlocked,
     as a rank that died leaves it."""
     ranks = tuple(range(world))
-    writer = RingWriter(base, capacity=capacity, rank=rank, world=world, job=job, backend="gloo")
+    writer = RingWriter(
+        base, capacity=capacity, rank=rank, world=world, job=job, backend="gloo", run_id=run_id
+    )
     group = writer.intern_group(
         ("0", ranks),
         GroupInfo(name="0", desc="default_pg", ranks=ranks, backend="gloo", timeout_ms=5000),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -70,3 +71,45 @@ def test_a_ranks_torch_ring_is_read_with_its_own_ring_once(tmp_path: Path) -> No
     assert [
         r["call_site"] is not None for r in sorted(rows, key=lambda r: r["collective_seq_id"])
     ] == [True, True, True, False, False]
+
+
+def test_analyze_reads_a_ring_folder_as_it_reads_dumps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fr-otel analyze ARCHIVE/_rings``: before, "no dumps"; rank 1 stopped at #2 while
+    rank 0 waits in #3, which only rank 1 could complete."""
+    rings = tmp_path / "_rings"
+    _ring(rings, 0, 3)
+    _ring(rings, 1, 2)
+    capsys.readouterr()
+    assert main(["analyze", str(rings), "--format", "json"]) == 1
+    analysis = json.loads(capsys.readouterr().out)
+    root = analysis["findings"][analysis["root_cause"]]
+    assert root["culprit_ranks"] == [1], root
+
+
+def test_rings_of_two_runs_of_a_job_become_two_incidents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rings = tmp_path / "_rings"
+    for run in ("20261201T070000Z-aaaa1111", "20261201T071500Z-bbbb2222"):
+        for rank in range(2):
+            write_ring(
+                ring_base(rings, "train", rank, run),
+                rank=rank,
+                world=2,
+                job="train",
+                seqs=range(1, 4),
+                run_id=run,
+            )
+    archive = tmp_path / "archive"
+    assert main(["import", str(rings), "--archive", str(archive), "--incident", "i"]) == 0
+    folders = sorted(p.name for p in (archive / "job=train").iterdir())
+    assert folders == ["incident=i-aaaa1111", "incident=i-bbbb2222"]
+    for folder in folders:
+        runs = set(pq.read_table(archive / "job=train" / folder).column("run_id").to_pylist())
+        assert len(runs) == 1 and folder.endswith(next(iter(runs))[-8:])
+    capsys.readouterr()
+    # analysed together they would look like one job: never
+    assert main(["analyze", str(rings)]) == 2
+    assert "rings of 2 runs" in capsys.readouterr().err

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from fr_otel.cli._errors import EXIT_FINDINGS, EXIT_OK
+from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from fr_otel.errors import ArchiveError
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
 from fr_otel.report.words import where as _where
@@ -143,11 +145,60 @@ def analyze_(
 ) -> int:
     """Find what broke a job: the culprit rank, the collective and the line of code.
 
-    PATH is an archive written by `fr-otel import`, or dump files or a folder of them
-    (imported on the fly). A file that cannot be read is named and its rank counts as
-    without a dump (unknown, never blamed). Exit code 0: no problems found; 1: findings;
-    2: unusable input (or several incidents and none chosen); 3: internal error.
+    PATH is an archive written by `fr-otel import`, or dump files or a folder of them,
+    or the recorder's ring files (ARCHIVE/_rings) (imported on the fly). A file that
+    cannot be read is named and its rank counts as without a dump (unknown, never
+    blamed). Exit code 0: no problems found; 1: findings; 2: unusable input (or several
+    incidents and none chosen); 3: internal error.
     """
+    with contextlib.ExitStack() as stack:
+        rings = _rings_as_archive(path, job, incident, stack)
+        if rings is False:
+            return EXIT_BAD_INPUT
+        if rings is not True:
+            path, job, incident = rings, None, None  # a temporary archive of exactly these
+        return _analyze(path, job, incident, fmt, output, stacks, columns, max_ranks, trace_url)
+
+
+def _rings_as_archive(
+    path: Path, job: str | None, incident: str | None, stack: contextlib.ExitStack
+) -> Path | bool:
+    """For ring files (not an archive), a temporary archive holding them; True for
+    anything else (analysed as it is); False when the rings cannot be analysed (said)."""
+    from fr_otel.analysis.source import is_archive
+    from fr_otel.recorder.ring_import import holds_rings, import_rings
+
+    if is_archive(path) or not holds_rings(path):
+        return True
+    archive = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-otel-rings-")))
+    imported = import_rings([path], archive, job, incident)
+    for problem in imported.problems:
+        click.echo(f"fr-otel: {problem}", err=True)
+    if not imported.incidents:
+        click.echo(f"fr-otel: {path}: no readable ring", err=True)
+        return False
+    if len(imported.incidents) > 1:
+        click.echo(
+            f"fr-otel: {path} holds the rings of {len(imported.incidents)} runs, never analysed"
+            f" together: import them with fr-otel import {path} --archive ARCHIVE, then"
+            " analyse each incident",
+            err=True,
+        )
+        return False
+    return archive
+
+
+def _analyze(
+    path: Path,
+    job: str | None,
+    incident: str | None,
+    fmt: str,
+    output: Path | None,
+    stacks: bool,
+    columns: int,
+    max_ranks: int,
+    trace_url: str | None,
+) -> int:
     if fmt == "html":
         return _html(path, job, incident, output, columns, max_ranks, trace_url)
     from fr_otel.analysis import analyze

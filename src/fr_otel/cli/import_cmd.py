@@ -63,8 +63,9 @@ def import_(
     from tqdm import tqdm
 
     from fr_otel.archive import import_dumps
+    from fr_otel.recorder.ring_import import holds_rings
 
-    rings = [Path(d) for d in dumps if _is_rings(Path(d))]
+    rings = [Path(d) for d in dumps if holds_rings(Path(d))]
     if rings:
         if len(rings) != len(dumps):
             raise click.UsageError("import recorder rings (.ring) separately from dumps")
@@ -145,60 +146,22 @@ def _import_spans(
     return EXIT_OK
 
 
-def _is_rings(path: Path) -> bool:
-    return path.suffix == ".ring" or (path.is_dir() and any(path.rglob("rank-*.ring")))
-
-
 def _import_rings(
     paths: list[Path], archive: Path | None, job: str | None, incident: str | None
 ) -> int:
     """The recorder's ring files (``ARCHIVE/_rings``), for ranks nobody flushed: a job
     killed before any rank could declare an incident, run without ``fr-otel run``."""
-    import time
-
-    import pyarrow as pa
-
-    from fr_otel.archive.rows import write_rows
-    from fr_otel.recorder.ring import TORCH_RING_DIR, read_ring
-    from fr_otel.recorder.table import ring_table
+    from fr_otel.recorder.ring_import import import_rings
 
     target = config.archive_dir(archive)
-    name = incident or time.strftime("%Y%m%dT%H%M%SZ-rings", time.gmtime())
-    config.validate_partition_value("incident", name)
-    # a rank's torch ring (``_torch/``) is read with its own ring, never as a rank of its own
-    bases = sorted(
-        {
-            p.with_suffix("")
-            for path in paths
-            for p in ([path] if path.is_file() else path.rglob("rank-*.ring"))
-            if p.parent.name != TORCH_RING_DIR
-        }
-    )
-    tables, failed = [], 0
-    for base in bases:
-        try:
-            contents = read_ring(base)
-        except (OSError, ValueError) as exc:
-            click.echo(f"fr-otel: {base}.ring: unreadable: {exc}", err=True)
-            failed += 1
-            continue
-        tables.append(
-            ring_table(
-                contents,
-                job=config.job_name(job) if job or not contents.job else contents.job,
-                incident=name,
-                dump_time_ns=time.time_ns(),
-            )
-        )
-    if not tables:
+    imported = import_rings(paths, target, job, incident)
+    for problem in imported.problems:
+        click.echo(f"fr-otel: {problem}", err=True)
+    if not imported.incidents:
         return EXIT_BAD_INPUT
-    table = pa.concat_tables(tables)
-    written = write_rows(table, target)
-    click.echo(
-        f"imported {len(tables)} rings, {len(table)} entries into {target}"
-        f" (incident {name}, {len(written)} files)"
-    )
-    return EXIT_BAD_INPUT if failed else EXIT_OK
+    for name, (rings, entries) in imported.incidents.items():
+        click.echo(f"imported {rings} rings, {entries} entries into {target} (incident {name})")
+    return EXIT_BAD_INPUT if imported.problems else EXIT_OK
 
 
 def _is_spans_file(path: Path) -> bool:
