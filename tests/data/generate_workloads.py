@@ -102,6 +102,16 @@ CASES = {
         " tp collective early; rank 0 waits in tp, rank 2 in dp behind it.",
         "missing_rank",
     ),
+    "subgroups_skip": Case(
+        "subgroups",
+        4,
+        "skip",
+        "Pairs [0, 2] and [1, 3] (undescribed replica subgroups): rank 3 leaves out step"
+        " 3's pair all_reduce; rank 1 waits for it in the pair, ranks 0, 2, 3 wait for rank 1"
+        " in the loss all_reduce. Only the other pair's order says rank 3 came first.",
+        "missing_rank",
+        env={"FAULT_RANK": "3"},
+    ),
     "data_shuffle_skip": Case(
         "data_shuffle",
         3,
@@ -170,6 +180,9 @@ def generate(name: str, timeout: float) -> float:
         "naming": "torch_default",
         "stack_traces": False,
         "files": {str(r): {"pickle": p.name} for r, p in enumerate(dumps)},
+        # when each rank wrote its dump: git keeps no file times, and gloo's dumps hold no
+        # dump time, so tests restore these (``tests/fixtures.py``)
+        "dumped_ns": {str(r): p.stat().st_mtime_ns for r, p in enumerate(dumps)},
         "torch_version": importlib.metadata.version("torch"),
         "fr_version": fr_version,
         "backend": "gloo",

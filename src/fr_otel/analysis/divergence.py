@@ -77,6 +77,8 @@ class GroupView:
     agreed on it at that seq}: replicas of this group run the same program."""
     tie_breaks: dict[int, str] = field(default_factory=dict)
     """seq -> how a tie at that seq was broken."""
+    connection: duckdb.DuckDBPyConnection | None = None
+    """For the few questions about a group's history (``_skip_by_history``)."""
 
 
 _GROUP_SLOTS = """
@@ -171,6 +173,7 @@ def load_group_views(
                 divergent=sorted(divergent_seqs),
                 precedent=precedent,
                 siblings=siblings,
+                connection=connection,
             )
         )
     return views
@@ -240,10 +243,49 @@ def _break_tie(view: GroupView, seq: int) -> Majority | None:
         for sig, slots in sides.items()
         if all(view.precedent.get((seq, s.rank)) not in (None, sig) for s in slots)
     ]
-    if len(consistent) != 1 or len(changed) != len(sides) - 1:
+    if len(consistent) == 1 and len(changed) == len(sides) - 1:
+        view.tie_breaks[seq] = "the other side changed what it issued at the same call site"
+        return _majority_of(view, seq, sides, consistent[0])
+    leader = _shift_leader(view, seq, sides)
+    if leader is None:
         return None
-    view.tie_breaks[seq] = "the other side changed what it issued at the same call site"
-    return _majority_of(view, seq, sides, consistent[0])
+    view.tie_breaks[seq] = (
+        "the other side issued, from here on, what this side issued one or more collectives"
+        " later: it skipped"
+    )
+    return _majority_of(view, seq, sides, leader)
+
+
+def _follows(view: GroupView, rank: int, other: int, seq: int) -> bool:
+    """Whether ``rank``'s slots from ``seq`` on are ``other``'s k slots later, for some k."""
+    _, last = view.windows.get(rank, (seq, seq - 1))
+    for k in range(1, MAX_SHIFT + 1):
+        compared = 0
+        for t in range(seq, last + 1):
+            mine, theirs = view.slots.get((t, rank)), view.slots.get((t + k, other))
+            if mine is None or theirs is None:
+                continue
+            if mine.sig != theirs.sig or (
+                mine.site is not None and theirs.site is not None and mine.site != theirs.site
+            ):
+                compared = -1
+                break
+            compared += 1
+        if compared > 0:
+            return True
+    return False
+
+
+def _shift_leader(view: GroupView, seq: int, sides: dict[int, list[Slot]]) -> int | None:
+    """Of two sides, the one the other follows shifted (it skipped): the reference."""
+    if len(sides) != 2:
+        return None
+    (sig_a, side_a), (sig_b, side_b) = sides.items()
+    a_follows = all(_follows(view, s.rank, side_b[0].rank, seq) for s in side_a)
+    b_follows = all(_follows(view, s.rank, side_a[0].rank, seq) for s in side_b)
+    if a_follows == b_follows:
+        return None
+    return sig_b if a_follows else sig_a
 
 
 def _majority_of(view: GroupView, seq: int, sides: dict[int, list[Slot]], sig: int) -> Majority:
@@ -362,6 +404,58 @@ def _skip_before_stop(view: GroupView, rank: int, stop: int) -> tuple[int, int] 
             ) and any((t, rank) in view.slots for t in range(seq, stop + 1)):
                 return seq, k
         return None
+    return None
+
+
+_HISTORY = """
+WITH prev AS (
+    -- the last time this rank issued the same collective from the same call site
+    SELECT max(p.seq) AS seq
+    FROM slots p
+    WHERE p.gid = $gid AND p.rank = $rank AND p.seq < $seq AND p.sig = $sig AND p.site = $site
+)
+SELECT s.seq - prev.seq AS k, s.sig, s.site
+FROM slots s, prev
+WHERE s.gid = $gid AND s.rank = $rank AND s.seq > prev.seq AND s.seq <= prev.seq + $most
+  AND s.seq < $seq
+ORDER BY k
+"""
+
+
+def _skip_by_history(view: GroupView, rank: int, seq: int) -> int | None:
+    """k when ``rank`` issued at ``seq`` what the majority issued k collectives after the
+    same collective, from the same call site, last time round (the previous step).
+
+    Its peers may never get further than ``seq`` (gloo fails them at once), so their own
+    later slots cannot show the shift; their history can. Call sites are required: op and
+    sizes alone repeat too often."""
+    slot, majority = view.slots.get((seq, rank)), view.majority.get(seq)
+    reference = majority.slot if majority else None
+    if view.connection is None or slot is None or reference is None:
+        return None
+    if slot.site is None or reference.site is None or slot.site == reference.site:
+        return None
+    rows = view.connection.execute(
+        _HISTORY,
+        {
+            "gid": view.gid,
+            "rank": reference.rank,
+            "seq": seq,
+            "sig": reference.sig,
+            "site": reference.site,
+            "most": MAX_SHIFT,
+        },
+    ).fetchall()
+    for k, sig, site in rows:
+        if sig == slot.sig and site == slot.site:
+            # its later slots, where it has them, go on with the same step
+            for j in range(1, MAX_SHIFT):
+                later, expected = view.slots.get((seq + j, rank)), view.majority.get(seq + j + k)
+                if later is None or expected is None or expected.slot is None:
+                    break
+                if not _same(later, expected):
+                    return None
+            return int(k)
     return None
 
 
@@ -516,6 +610,15 @@ def classify(view: GroupView) -> list[Finding]:
                 continue
             if slot is None:
                 continue
+            if shift is None:
+                by_history = _skip_by_history(view, rank, seq)
+                if by_history is not None:
+                    _add_skip(collector, view, seq, rank, by_history, slot)
+                    collector.findings[("skipped_collective", seq, by_history)].evidence["by"] = (
+                        "history: its peers issued this after the skipped collective last time"
+                    )
+                    explained[rank] = math.inf
+                    continue
             if shift is not None and shift[0] == "reorder":
                 window_len = shift[1]
                 collector.add(
@@ -555,7 +658,7 @@ def classify(view: GroupView) -> list[Finding]:
         finding.culprit_ranks.sort()
         finding.summary = summarize(finding)
         if finding.kind == "missing_rank":
-            finding.waiting_ranks = frozenset(finding.culprit_ranks)
+            finding.absent_ranks = frozenset(finding.culprit_ranks)
     return findings
 
 
@@ -592,6 +695,34 @@ def _ambiguous(view: GroupView, seq: int) -> Finding:
     return finding
 
 
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _missing_summary(finding: Finding, op: str, where: str) -> str:
+    absent = sorted(finding.absent_ranks or {*finding.culprit_ranks, *finding.waiting_ranks})
+    replicas = finding.evidence.get("replicas")
+    if replicas:
+        desc = finding.group.desc or "?"
+        where = f"collective #{finding.collective_seq_id} of {len(replicas)} {desc} groups"
+    their = "their" if len(absent) > 1 else "its"
+    sentence = f"{_ranks(absent)} never issued {op} {where}, which {their} peers are waiting in"
+    cause = finding.consequence_of
+    if finding.evidence.get("candidate_ranks"):
+        suspects = ", ".join(map(str, finding.evidence["candidate_ranks"]))
+        return f"{sentence}; suspects: ranks {suspects}: {finding.evidence['reason']}"
+    if finding.evidence.get("candidate") and cause is not None:
+        return f"{sentence}; a candidate of [{cause}], which the evidence cannot order"
+    waiting = sorted(finding.waiting_ranks)
+    if waiting and cause is not None:
+        if set(waiting) == set(absent):
+            blocked = "they are" if len(waiting) > 1 else "it is"
+        else:
+            blocked = f"{_ranks(waiting)} {'are' if len(waiting) > 1 else 'is'}"
+        sentence += f": {blocked} blocked behind [{cause}], not at fault"
+    return sentence
+
+
 def summarize(finding: Finding) -> str:
     """One sentence a tired engineer can act on."""
     ranks = ", ".join(map(str, finding.culprit_ranks))
@@ -599,16 +730,21 @@ def summarize(finding: Finding) -> str:
     where = f"{finding.group.label()} collective #{finding.collective_seq_id}"
     op = finding.op or "?"
     kind = finding.kind
-    if finding.evidence.get("ambiguous"):
+    if finding.evidence.get("ambiguous") and "sides" in finding.evidence:
         sides = " vs ".join(
             f"ranks {side['ranks']} ({', '.join(side['ops'])})"
             for side in finding.evidence["sides"]
         )
         return f"{kind.replace('_', ' ')} at {where} with no majority: {sides}"
     if kind == "missing_rank":
-        return f"{who} never issued {op} {where}, which its peers are waiting in"
+        return _missing_summary(finding, op, where)
     if kind == "skipped_collective":
         skipped = ", ".join(str(s) for s in finding.evidence.get("skipped_ops", []))
+        if finding.evidence.get("by"):
+            return (
+                f"{who} skipped {skipped} at {where} and went on: it issued what its peers"
+                " issued next, from the same call site, in the steps before"
+            )
         return f"{who} skipped {skipped} at {where} and went on; its later collectives are shifted"
     if kind == "reordered_collectives":
         order = finding.evidence.get("majority_order")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import duckdb
 
-from fr_otel.analysis import divergence, rootcause, rules, waits
+from fr_otel.analysis import divergence, members, rootcause, rules, waits
 from fr_otel.analysis.findings import Analysis, Finding, FrameRef, GroupRef
 from fr_otel.analysis.source import Incident, open_source
-from fr_otel.analysis.sqlfiles import run_file, sql_files
+from fr_otel.analysis.sqlfiles import CONSTANTS, run_file, sql_files
 from fr_otel.archive.manifest import Manifest
 from fr_otel.stacks import trimmed
 
@@ -113,7 +113,7 @@ def _add_where_blocked(
     for finding in findings:
         if finding.kind not in ("missing_rank", "p2p_unmatched"):
             continue
-        for rank in finding.culprit_ranks:
+        for rank in sorted(finding.absent_ranks or finding.culprit_ranks):
             head = heads.get(rank)
             if head is None:
                 continue
@@ -130,7 +130,8 @@ _GROUPS_FROM_ROWS = """
 CREATE OR REPLACE TEMP TABLE groups AS
 SELECT CASE WHEN $gid_by_name THEN hash(pg_name) ELSE hash(pg_name, pg_ranks) END AS gid,
        any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc,
-       list_sort(any_value(pg_ranks)) AS members
+       list_sort(any_value(pg_ranks)) AS members,
+       bool_or(coalesce(pg_ranks_inferred, false)) AS inferred
 FROM src
 WHERE job = $job AND incident = $incident
 GROUP BY pg_name, pg_ranks
@@ -150,14 +151,17 @@ def _create_groups(
     connection.execute(
         "CREATE OR REPLACE TEMP TABLE groups AS"
         " SELECT CASE WHEN $by_name THEN hash(name) ELSE hash(name, ranks) END AS gid,"
-        "        name AS pg_name, descr AS pg_desc, list_sort(ranks) AS members"
+        "        name AS pg_name, descr AS pg_desc, list_sort(ranks) AS members,"
+        "        inferred"
         " FROM (SELECT unnest($names::VARCHAR[]) AS name, unnest($descs::VARCHAR[]) AS descr,"
-        "              unnest($ranks::BIGINT[][]) AS ranks)",
+        "              unnest($ranks::BIGINT[][]) AS ranks,"
+        "              unnest($inferred::BOOLEAN[]) AS inferred)",
         {
             "by_name": by_name,
             "names": names,
             "descs": [g.desc for g in manifest.groups],
             "ranks": [list(g.ranks) for g in manifest.groups],
+            "inferred": [g.inferred for g in manifest.groups],
         },
     )
     return by_name
@@ -172,15 +176,11 @@ def analyze_connection(
     from every row and names ranks whose dump held no entry.
     """
     by_name = _create_groups(connection, incident, manifest)
-    # the manifest lists every rank with a dump, those without entries included
-    empty = list(manifest.ranks) if manifest else []
-    params = {
-        "job": incident.job,
-        "incident": incident.incident,
-        "gid_by_name": by_name,
-        "empty_ranks": empty,
-    }
-    for name in sql_files():
+    params = {"job": incident.job, "incident": incident.incident, "gid_by_name": by_name}
+    first, *rest = sql_files()
+    run_file(connection, first, params)
+    members.complete_groups(connection, {**CONSTANTS, **params})
+    for name in rest:
         run_file(connection, name, params)
 
     groups = _groups(connection)
@@ -193,6 +193,10 @@ def analyze_connection(
         expected.update(group.ranks or ())
         if group.desc == "default_pg" and group.ranks:
             world_size = len(group.ranks)
+    # global ranks run from 0 to the world size - 1: a lower rank without entries is
+    # missing too, and so is one the manifest lists with a dump that held none
+    seen = expected | dumped | set(manifest.ranks if manifest else ())
+    expected |= set(range(max(seen, default=-1) + 1))
     if world_size is None and expected:
         world_size = max(expected) + 1
     heads = waits.load_heads(connection)
@@ -211,24 +215,106 @@ def analyze_connection(
         known = by_slot.get((stuck.group.key, stuck.collective_seq_id))
         if known is None:
             findings.append(stuck)
+            by_slot[(stuck.group.key, stuck.collective_seq_id)] = stuck
         else:
             known.evidence["never_completed"] = stuck.evidence
+    for silent in waits.silent_ranks(graph, groups, timing_known):
+        # a rank whose GPU never started it is the culprit, whoever else is silent
+        if silent.collective_seq_id is None or (
+            (silent.group.key, silent.collective_seq_id) not in by_slot
+        ):
+            findings.append(silent)
+    missing = sorted(expected - dumped)
+    if not findings and missing and groups:
+        # a broken incident is never healthy: say what is unknown
+        default = next((g for g in groups.values() if g.desc == "default_pg"), None)
+        group = default or min(groups.values(), key=lambda g: (g.name, g.key))
+        findings.append(waits.unexplained_silence(missing, group))
+    _unsure_stops(connection, findings)
     _add_where_blocked(findings, heads, groups)
     ordered, root = rootcause.rank_findings(connection, findings, graph)
     _resolve_frames(connection, incident, ordered)
     for finding in ordered:
-        # their sentences quote sizes and dtypes, known only now
-        if "majority" in finding.evidence and "culprits" in finding.evidence:
-            finding.summary = divergence.summarize(finding)
+        # their sentences quote sizes and dtypes, known only now, and name the ranks
+        # that wait behind another finding
+        _resummarize(finding)
     return Analysis(
         job=incident.job,
         incident=incident.incident,
         world_size=world_size,
         ranks=sorted(dumped),
-        missing_dumps=sorted(expected - dumped),
+        missing_dumps=missing,
         findings=ordered,
         root_cause=root,
     )
+
+
+def _unsure_stops(connection: duckdb.DuckDBPyConnection, findings: list[Finding]) -> None:
+    """A missing rank whose last collective is a retired gloo one in a group with a silent
+    member may have stopped after it, or may wait in it on the silent member: the
+    evidence that would blame it is the silent member's. Name both, blame neither."""
+    unsure = {
+        rank: (gid, seq, op, list(silent))
+        for rank, gid, seq, op, silent in connection.execute(
+            "SELECT rank, gid, seq, op, silent FROM unsure_stops"
+        ).fetchall()
+    }
+    groups = {f.group.key: f.group for f in findings}
+    stopped_or_waiting: dict[int, str] = {}
+    for finding in findings:
+        if finding.kind != "missing_rank" or not finding.culprit_ranks:
+            continue
+        if not all(r in unsure for r in finding.culprit_ranks):
+            continue
+        candidates = sorted(
+            {*finding.culprit_ranks, *(s for r in finding.culprit_ranks for s in unsure[r][3])}
+        )
+        reasons = []
+        for rank in finding.culprit_ranks:
+            gid, seq, op, silent = unsure[rank]
+            group = groups.get(gid)
+            label = group.label() if group else "its group"
+            silent_words = ", ".join(map(str, silent))
+            reasons.append(
+                f"rank {rank}'s last collective, {op} {label} #{seq}, shows retired, which gloo"
+                f" shows for a failed collective too: rank {rank} stopped after it, or waits"
+                f" in it on rank {silent_words}, which left no dump"
+            )
+        finding.evidence["ambiguous"] = True
+        finding.evidence["candidate_ranks"] = candidates
+        finding.evidence["reason"] = "; ".join(reasons)
+        finding.culprit_ranks = []
+        stopped_or_waiting.update({r: finding.evidence["reason"] for r in finding.absent_ranks})
+    for finding in findings:
+        # the same doubt, seen from the silent member's side: the rank that waits on it
+        # may instead have stopped after a collective that completed
+        if finding.kind != "silent_rank":
+            continue
+        doubtful = sorted(set(finding.evidence.get("present_ranks", ())) & set(stopped_or_waiting))
+        if not doubtful or not finding.evidence.get("retired_in_dumps"):
+            continue
+        finding.evidence["ambiguous"] = True
+        finding.evidence["candidate_ranks"] = sorted({*finding.culprit_ranks, *doubtful})
+        finding.evidence["reason"] = stopped_or_waiting[doubtful[0]]
+        finding.culprit_ranks = []
+
+
+def _resummarize(finding: Finding) -> None:
+    if finding.kind == "silent_rank":
+        finding.summary = waits.silent_summary(finding)
+    elif finding.evidence.get("ambiguous") and finding.kind == "cross_pg_deadlock":
+        return
+    elif "majority" in finding.evidence and "culprits" in finding.evidence:
+        finding.summary = divergence.summarize(finding)
+    elif finding.kind == "p2p_unmatched":
+        finding.summary = waits.p2p_summary(finding)
+    elif finding.waiting_ranks:
+        ranks = ", ".join(map(str, finding.waiting_ranks))
+        plural = len(finding.waiting_ranks) > 1
+        finding.summary += (
+            f"; rank{'s' if plural else ''} {ranks} {'wait' if plural else 'waits'} behind"
+            f" [{finding.consequence_of}], not at fault"
+        )
 
 
 def analyze(path: str | Path, *, job: str | None = None, incident: str | None = None) -> Analysis:

@@ -22,8 +22,17 @@ KINDS = (
     "cross_pg_deadlock",
     "p2p_unmatched",
     "stuck_in_flight",
+    "silent_rank",
 )
 """Every finding kind, in the order a tie in time is broken (causes before symptoms)."""
+
+ABSENCE_KINDS = frozenset({"missing_rank", "p2p_unmatched", "silent_rank"})
+"""Kinds whose evidence is what ranks did *not* do: a rank blocked elsewhere behind another
+cause shows as one of these without being at fault."""
+
+WAIT_KINDS = ABSENCE_KINDS | {"stuck_in_flight", "cross_pg_deadlock"}
+"""Kinds whose named ranks may be waiting as a consequence of another finding (rather than
+having issued something wrong): in a consequence, those ranks are ``waiting_ranks``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,9 +74,14 @@ class Finding:
     """When the majority reached the divergence (orders findings into a wavefront)."""
     consequence_of: int | None = None
     """Index of the finding that explains this one."""
+    waiting_ranks: list[int] = field(default_factory=list)
+    """Ranks this finding names that are not at fault: they are blocked behind its cause
+    (a consequence's absent ranks, a lone send's peer stuck elsewhere)."""
+    consequences: list[int] = field(default_factory=list)
+    """Indexes of the findings this one explains directly."""
     held_ranks: frozenset[int] = frozenset()
     """Ranks this finding keeps blocked (used to tell causes from consequences)."""
-    waiting_ranks: frozenset[int] = frozenset()
+    absent_ranks: frozenset[int] = frozenset()
     """Ranks whose absence makes this finding (a consequence when another finding holds them)."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,6 +95,8 @@ class Finding:
             "evidence": self.evidence,
             "frames": self.frames,
             "consequence_of": self.consequence_of,
+            "waiting_ranks": sorted(self.waiting_ranks),
+            "consequences": list(self.consequences),
         }
 
 

@@ -3,47 +3,51 @@
 Every blocked rank ends up waiting, through the wait graph of the ranks' oldest
 unfinished ops, on a jam that waits on nothing else (a sink). Findings in a sink are
 causes; a finding that exists only because ranks are absent (a missing rank, a lone send
-or recv) is a cause only when no divergence sits in the same jam, and a rank that stopped
-is one cause however many groups miss it. Every other finding is a consequence,
-attributed to the cause that holds the ranks it lacks. Causes are ordered by a rank that
-issued both (clocks differ across hosts), else by ranks that issued both in replicas of
-the two groups, else by time: the first is the root cause.
+or recv, a silent rank) is a cause only when no divergence sits in the same jam, and a
+rank that stopped is one cause however many groups miss it. In a jam of absences only
+(ranks waiting on each other across groups), the earliest absence is the cause and the
+others, whose ranks it keeps blocked, are its consequences; when the evidence cannot
+order them, the jam's root is an ambiguous ``cross_pg_deadlock`` that names them all as
+candidates and says why. A silent rank (a member with no dump) is the suspect only when
+nothing with evidence explains the jam.
+
+Causes are ordered by evidence: two collectives of one group by their sequence numbers;
+else by the ranks that issued both (clocks differ across hosts); else by ranks that
+issued both in replicas of the two groups (the other tp or dp groups, or undescribed
+groups of the same size whose collectives matched); else by time, when the times are far
+enough apart for clocks to be comparable. Every other finding is a consequence,
+attributed to the cause that holds the ranks it lacks; a consequence's ranks that only
+wait behind its cause are its ``waiting_ranks``, not culprits.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import duckdb
 
-from fr_otel.analysis.findings import KINDS, Finding
+from fr_otel.analysis.findings import ABSENCE_KINDS, KINDS, WAIT_KINDS, Finding
 from fr_otel.analysis.waits import WaitGraph, held_by
 
+TIME_MARGIN_NS = 100_000_000
+"""Two findings whose times differ by less than this are not ordered by time: clocks of
+different hosts disagree by milliseconds, and ranks waiting on each other reach their
+collectives within microseconds of one another."""
 
-def _fallback_key(finding: Finding) -> tuple[int, int, str, int]:
+DECIDED = ("sequence", "ranks", "replicas", "time")
+"""Bases of an order that count as evidence."""
+
+
+def _structural_key(finding: Finding) -> tuple[int, str, int, int]:
+    """An order that depends on nothing but what the finding names (for ties)."""
+    ranks = finding.culprit_ranks or sorted(finding.absent_ranks) or [2**31]
     return (
-        finding.time_ns if finding.time_ns is not None else 2**63 - 1,
         KINDS.index(finding.kind),
-        finding.group.name,
-        finding.collective_seq_id or 0,
+        f"{finding.group.desc or ''}\0{finding.group.name}",
+        finding.collective_seq_id if finding.collective_seq_id is not None else -1,
+        min(ranks),
     )
-
-
-def _program_positions(
-    connection: duckdb.DuckDBPyConnection, findings: list[Finding]
-) -> dict[int, dict[int, int]]:
-    """Per finding, each rank's record id at its slot: the order in a rank's own program."""
-    out: dict[int, dict[int, int]] = {}
-    for finding in findings:
-        if finding.collective_seq_id is None or finding.kind == "p2p_unmatched":
-            continue
-        out[id(finding)] = dict(
-            connection.execute(
-                "SELECT rank, first_record FROM slots WHERE gid = ? AND seq = ?",
-                [finding.group.key, finding.collective_seq_id],
-            ).fetchall()
-        )
-    return out
 
 
 # Undescribed groups of the same size need not run the same program.
@@ -55,30 +59,145 @@ FROM slots s JOIN groups g USING (gid)
 WHERE s.seq = $seq AND g.pg_desc = $desc AND len(g.members) = $size
 """
 
+_MATCHING_GROUPS = """
+-- undescribed groups of the same size whose collectives were this group's, signature for
+-- signature, over the last few sequence numbers up to this one: the same role
+WITH mine AS (
+    SELECT seq, majority_sig FROM slot_summary
+    WHERE gid = $gid AND seq BETWEEN $seq - 8 AND $seq
+),
+candidates AS (
+    SELECT gid FROM groups
+    WHERE gid <> $gid AND len(members) = $size AND coalesce(pg_desc, '') IN ('', 'undefined')
+)
+SELECT ss.gid
+FROM slot_summary ss JOIN mine m USING (seq)
+WHERE ss.gid IN (SELECT gid FROM candidates)
+GROUP BY ss.gid
+HAVING bool_and(ss.majority_sig = m.majority_sig AND ss.signatures = 1)
+   AND bool_or(ss.seq = $seq)
+"""
 
-def _replica_positions(
-    connection: duckdb.DuckDBPyConnection, finding: Finding
-) -> dict[int, int] | None:
-    """Like ``_program_positions``, over the finding's group and its replicas (same
-    description and size: the other tp or dp groups of a mesh run the same program).
 
-    Two findings in groups no rank shares (rank 1's tp group and rank 3's dp group) are
-    then still ordered by ranks that issued both kinds of collective in their own groups.
-    """
-    group = finding.group
-    if (
-        finding.collective_seq_id is None
-        or finding.kind == "p2p_unmatched"
-        or group.desc in (None, *_ANONYMOUS_DESCS)
-        or not group.ranks
-    ):
-        return None
-    return dict(
-        connection.execute(
-            _REPLICA_POSITIONS,
-            {"seq": finding.collective_seq_id, "desc": group.desc, "size": len(group.ranks)},
-        ).fetchall()
-    )
+@dataclass(frozen=True, slots=True)
+class Order:
+    sign: int
+    """-1: a first; 1: b first; 0: undecided."""
+    basis: str
+    """``sequence``, ``ranks``, ``replicas``, ``time`` (evidence), or ``close in time`` /
+    ``nothing`` (no evidence)."""
+    detail: str = ""
+
+
+class _Orderer:
+    """Orders findings by evidence, fetching positions only for the pairs that need them."""
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection) -> None:
+        self.connection = connection
+        self.positions: dict[int, dict[int, int] | None] = {}
+        self.replicas: dict[int, dict[int, int] | None] = {}
+        self.replica_groups: dict[int, int] = {}
+
+    def _positions(self, finding: Finding) -> dict[int, int] | None:
+        """Each rank's record id at the finding's slot: the order in its own program."""
+        if id(finding) not in self.positions:
+            if finding.collective_seq_id is None or finding.kind == "p2p_unmatched":
+                self.positions[id(finding)] = None
+            else:
+                self.positions[id(finding)] = dict(
+                    self.connection.execute(
+                        "SELECT rank, first_record FROM slots WHERE gid = ? AND seq = ?",
+                        [finding.group.key, finding.collective_seq_id],
+                    ).fetchall()
+                )
+        return self.positions[id(finding)]
+
+    def _replica_positions(self, finding: Finding) -> dict[int, int] | None:
+        """Like ``_positions``, over the finding's group and its replicas: groups of the
+        same description and size (the other tp or dp groups of a mesh run the same
+        program), or undescribed groups of the same size whose collectives matched.
+
+        Two findings in groups no rank shares (rank 1's tp group and rank 3's dp group) are
+        then still ordered by ranks that issued both kinds of collective in their own groups.
+        """
+        if id(finding) in self.replicas:
+            return self.replicas[id(finding)]
+        group = finding.group
+        seq = finding.collective_seq_id
+        result: dict[int, int] | None = None
+        if seq is not None and finding.kind != "p2p_unmatched" and group.ranks:
+            if group.desc not in (None, *_ANONYMOUS_DESCS):
+                result = dict(
+                    self.connection.execute(
+                        _REPLICA_POSITIONS,
+                        {"seq": seq, "desc": group.desc, "size": len(group.ranks)},
+                    ).fetchall()
+                )
+            else:
+                gids = [group.key] + [
+                    gid
+                    for (gid,) in self.connection.execute(
+                        _MATCHING_GROUPS,
+                        {"gid": group.key, "seq": seq, "size": len(group.ranks)},
+                    ).fetchall()
+                ]
+                self.replica_groups[id(finding)] = len(gids) - 1
+                if len(gids) > 1:
+                    listed = ", ".join(str(int(g)) for g in gids)
+                    result = dict(
+                        self.connection.execute(
+                            "SELECT rank, first_record FROM slots"
+                            f" WHERE seq = ? AND gid IN ({listed})",
+                            [seq],
+                        ).fetchall()
+                    )
+        self.replicas[id(finding)] = result
+        return result
+
+    def order(self, a: Finding, b: Finding) -> Order:
+        if a is b:
+            return Order(0, "nothing")
+        if (
+            a.group.key == b.group.key
+            and a.collective_seq_id is not None
+            and b.collective_seq_id is not None
+            and a.collective_seq_id != b.collective_seq_id
+            and "p2p_unmatched" not in (a.kind, b.kind)
+        ):
+            return Order(-1 if a.collective_seq_id < b.collective_seq_id else 1, "sequence")
+        vote = _vote(self._positions(a), self._positions(b))
+        if vote:
+            return Order(vote, "ranks", "ranks that issued both did so in this order")
+        vote = _vote(self._replica_positions(a), self._replica_positions(b))
+        if vote:
+            return Order(
+                vote, "replicas", "ranks in the same role, in replicas of the two groups, did"
+            )
+        if a.time_ns is not None and b.time_ns is not None and a.time_ns != b.time_ns:
+            gap = abs(a.time_ns - b.time_ns)
+            sign = -1 if a.time_ns < b.time_ns else 1
+            if gap >= TIME_MARGIN_NS:
+                return Order(sign, "time", f"{gap / 1e9:.3f} s apart")
+            return Order(
+                sign,
+                "close in time",
+                f"no rank, in these groups or replicas of them, issued both, and they were"
+                f" reached {gap / 1e6:.3f} ms apart: too close for clocks to order them",
+            )
+        return Order(
+            0,
+            "nothing",
+            "no rank, in these groups or replicas of them, issued both, and their times are"
+            " unknown",
+        )
+
+    def compare(self, a: Finding, b: Finding) -> int:
+        """A total order for sorting: evidence first, then time, then what they name."""
+        order = self.order(a, b)
+        if order.sign:
+            return order.sign
+        ka, kb = _structural_key(a), _structural_key(b)
+        return -1 if ka < kb else (1 if ka > kb else 0)
 
 
 def _vote(pa: dict[int, int] | None, pb: dict[int, int] | None) -> int:
@@ -89,77 +208,147 @@ def _vote(pa: dict[int, int] | None, pb: dict[int, int] | None) -> int:
     return -1 if votes > 0 else (1 if votes < 0 else 0)
 
 
-def _sorted(connection: duckdb.DuckDBPyConnection, findings: list[Finding]) -> list[Finding]:
-    """Earlier divergences first. Clocks differ across hosts and ranks run at different
-    paces, so two slots are ordered by a rank that issued both, when one did; else by ranks
-    that issued both in replicas of the two groups; by the time the majority reached them
-    otherwise."""
-    positions = _program_positions(connection, findings)
-    replicas: dict[int, dict[int, int] | None] = {}
-
-    def replica(finding: Finding) -> dict[int, int] | None:
-        # fetched only for the pairs no rank orders directly
-        if id(finding) not in replicas:
-            replicas[id(finding)] = _replica_positions(connection, finding)
-        return replicas[id(finding)]
-
-    def compare(a: Finding, b: Finding) -> int:
-        order = _vote(positions.get(id(a)), positions.get(id(b)))
-        if order:
-            return order
-        order = _vote(replica(a), replica(b))
-        if order:
-            return order
-        ka, kb = _fallback_key(a), _fallback_key(b)
-        return -1 if ka < kb else (1 if ka > kb else 0)
-
-    return sorted(findings, key=functools.cmp_to_key(compare))
-
-
 def rank_findings(
     connection: duckdb.DuckDBPyConnection,
     findings: list[Finding],
     graph: WaitGraph,
 ) -> tuple[list[Finding], int | None]:
-    """Order findings (root cause first) and set ``consequence_of``; return the root's index."""
+    """Order findings (root cause first, each cause followed by what it explains), set
+    ``consequence_of``, ``consequences`` and ``waiting_ranks``; return the root's index."""
     if not findings:
         return [], None
     for finding in findings:
         direct = finding.held_ranks
         if finding.kind != "p2p_unmatched":  # a lone send/recv holds only the rank waiting in it
             direct |= held_by(graph.heads, finding.group.key, finding.collective_seq_id)
-        if not finding.waiting_ranks:
+        if not finding.absent_ranks:
             # the culprits of an absence are its victims, not held by it
             direct |= frozenset(finding.culprit_ranks)
+        if finding.kind == "silent_rank":
+            # whoever waits on the silent ranks, in any group
+            direct |= finding.absent_ranks
         finding.held_ranks = graph.blocked_behind(direct)
-    ordered = _sorted(connection, findings)
+    orderer = _Orderer(connection)
+    ordered = sorted(findings, key=functools.cmp_to_key(orderer.compare))
     sinks = graph.sinks()
     roots = _roots(ordered, sinks, graph)
-    final = [ordered[i] for i in roots] + [f for i, f in enumerate(ordered) if i not in roots]
-    root_findings = final[: len(roots)]
-    for finding in final[len(roots) :]:
+    roots, demoted, ambiguous = _settle_jams(orderer, ordered, roots, sinks, graph)
+    root_findings = [ordered[i] for i in roots]
+    if ambiguous is not None:
+        root_findings.insert(0, ambiguous)
+    causes: dict[int, int] = {}  # id(finding) -> index of its cause among root_findings
+    for index, finding in enumerate(ordered):
+        if index in roots:
+            continue
+        if index in demoted:
+            cause = demoted[index]
+            causes[id(finding)] = next(k for k, r in enumerate(root_findings) if r is cause)
+            continue
         # explained by the first root that holds the ranks it lacks, or that already
         # reports those ranks absent, else by the main root
-        lacking = finding.waiting_ranks or frozenset(finding.culprit_ranks)
-        finding.consequence_of = next(
+        lacking = finding.absent_ranks or frozenset(finding.culprit_ranks)
+        causes[id(finding)] = next(
             (
                 k
                 for k, root in enumerate(root_findings)
-                if lacking <= root.held_ranks
+                if (lacking and lacking <= root.held_ranks)
                 or (
                     finding.kind in ABSENCE_KINDS
                     and root.kind in ABSENCE_KINDS
-                    and finding.waiting_ranks <= root.waiting_ranks
+                    and finding.absent_ranks
+                    and finding.absent_ranks <= root.absent_ranks
                 )
             ),
             0,
         )
-    for root in root_findings:
+    # each cause, then the findings it explains: the output reads as a tree
+    final: list[Finding] = []
+    for k, root in enumerate(root_findings):
         root.consequence_of = None
+        final.append(root)
+        mine = [f for f in ordered if causes.get(id(f)) == k]
+        mine.sort(key=lambda f: (f.collective_seq_id is None, *_structural_key(f)))
+        for finding in _merge_replicas(mine):
+            causes[id(finding)] = k
+            final.append(finding)
+    position = {id(f): i for i, f in enumerate(final)}
+    for finding in final:
+        finding.consequences = []
+    for finding in final:
+        if id(finding) in causes:
+            cause = root_findings[causes[id(finding)]]
+            finding.consequence_of = position[id(cause)]
+            cause.consequences.append(position[id(finding)])
+            _split_waiting(finding, cause)
     return final, 0
 
 
-ABSENCE_KINDS = frozenset({"missing_rank", "p2p_unmatched"})
+MERGED_KINDS = ("missing_rank", "p2p_unmatched")
+
+
+def _merge_replicas(findings: list[Finding]) -> list[Finding]:
+    """One cause's consequences of one kind, at the same place in replicas of one group
+    (the 8 dp groups its tp peers miss, the 8 pipeline sends they never post), are one
+    finding: the fault shows once, with every group in ``evidence.replicas``."""
+    out: list[Finding] = []
+    merged: dict[tuple[str, str, int | None, str | None], Finding] = {}
+    for finding in findings:
+        desc = finding.group.desc
+        if finding.kind not in MERGED_KINDS or desc in (None, *_ANONYMOUS_DESCS):
+            out.append(finding)
+            continue
+        key = (
+            finding.kind,
+            desc,
+            finding.collective_seq_id,
+            finding.op,
+        )
+        first = merged.get(key)
+        if first is None:
+            merged[key] = finding
+            out.append(finding)
+            continue
+        replicas = first.evidence.setdefault("replicas", [_replica_entry(first)])
+        replicas.append(_replica_entry(finding))
+        first.culprit_ranks = sorted({*first.culprit_ranks, *finding.culprit_ranks})
+        first.absent_ranks |= finding.absent_ranks
+        first.held_ranks |= finding.held_ranks
+        times = [t for t in (first.time_ns, finding.time_ns) if t is not None]
+        first.time_ns = min(times) if times else None
+        culprits = first.evidence.get("culprits")
+        if isinstance(culprits, dict):
+            for rank, detail in (finding.evidence.get("culprits") or {}).items():
+                culprits.setdefault(rank, detail)
+    return out
+
+
+def _replica_entry(finding: Finding) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "process_group": finding.group.to_dict(),
+        "ranks": sorted(finding.absent_ranks or finding.culprit_ranks),
+    }
+    if finding.kind == "p2p_unmatched":
+        entry["waiting_rank"] = finding.evidence.get("waiting_rank")
+        entry["p2p_seq_id"] = finding.evidence.get("p2p_seq_id")
+    return entry
+
+
+def _split_waiting(finding: Finding, cause: Finding) -> None:
+    """A consequence names ranks that wait behind its cause: those are not culprits."""
+    if finding.kind == "silent_rank" and cause.kind == "silent_rank":
+        finding.evidence["same_silence"] = finding.absent_ranks <= cause.absent_ranks
+    if finding.kind == "silent_rank" or finding.evidence.get("candidate"):
+        # a silent rank explained by evidence elsewhere, or one candidate of an
+        # ambiguous root: no one is to blame for this finding on its own
+        finding.culprit_ranks = []
+        return
+    if finding.kind not in WAIT_KINDS:
+        return
+    at_fault = set(cause.culprit_ranks)
+    waiting = [r for r in finding.culprit_ranks if r not in at_fault and r in cause.held_ranks]
+    if waiting:
+        finding.culprit_ranks = [r for r in finding.culprit_ranks if r not in waiting]
+        finding.waiting_ranks = sorted(set(finding.waiting_ranks) | set(waiting))
 
 
 def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph) -> list[int]:
@@ -168,22 +357,7 @@ def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph
     that divergence's consequence. Without any blocked rank, every finding stands."""
     if not sinks:
         return list(range(len(ordered)))
-
-    def touched(finding: Finding) -> set[int]:
-        hits = set()
-        for k, sink in enumerate(sinks):
-            if finding.kind in ABSENCE_KINDS:
-                if finding.waiting_ranks and finding.waiting_ranks <= sink:
-                    hits.add(k)
-            else:
-                ranks = set(finding.culprit_ranks) or held_by(
-                    graph.heads, finding.group.key, finding.collective_seq_id
-                )
-                if ranks & sink:
-                    hits.add(k)
-        return hits
-
-    hits = [touched(f) for f in ordered]
+    hits = [_touched(f, sinks, graph) for f in ordered]
     causes = {k for i, f in enumerate(ordered) if f.kind not in ABSENCE_KINDS for k in hits[i]}
 
     # In a jam of lone sends/recvs the cause is the pair that waits on each other: the
@@ -204,8 +378,15 @@ def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph
     # peer that finished its own tp step waits. One stop is one cause: the absence the
     # majority reached first (``ordered`` is in program order); the later ones follow.
     stopped: set[int] = set()
+    silenced: set[int] = set()
     for i, finding in enumerate(ordered):
         if not hits[i]:
+            continue
+        if finding.kind == "silent_rank":
+            # one silence is one suspect, however many groups wait on it
+            if not finding.absent_ranks <= silenced:
+                roots.append(i)
+                silenced |= finding.absent_ranks
             continue
         if finding.kind not in ABSENCE_KINDS:
             roots.append(i)
@@ -213,9 +394,156 @@ def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph
             if not hits[i] <= causes:
                 roots.append(i)
         elif not hits[i] <= causes | paired:
-            if finding.kind == "missing_rank" and finding.waiting_ranks <= stopped:
+            if finding.kind == "missing_rank" and finding.absent_ranks <= stopped:
                 continue
             roots.append(i)
             if finding.kind == "missing_rank":
-                stopped |= finding.waiting_ranks
+                stopped |= finding.absent_ranks
+    # a silent rank is the suspect only where no finding with evidence explains the jam
+    if any(ordered[i].kind != "silent_rank" for i in roots):
+        roots = [i for i in roots if ordered[i].kind != "silent_rank"]
     return roots or [0]
+
+
+def _touched(finding: Finding, sinks: list[frozenset[int]], graph: WaitGraph) -> set[int]:
+    """The sinks a finding is about."""
+    hits = set()
+    for k, sink in enumerate(sinks):
+        if finding.kind in ABSENCE_KINDS:
+            if finding.absent_ranks and finding.absent_ranks <= sink:
+                hits.add(k)
+        else:
+            ranks = set(finding.culprit_ranks) or held_by(
+                graph.heads, finding.group.key, finding.collective_seq_id
+            )
+            if ranks & sink:
+                hits.add(k)
+    return hits
+
+
+def _settle_jams(
+    orderer: _Orderer,
+    ordered: list[Finding],
+    roots: list[int],
+    sinks: list[frozenset[int]],
+    graph: WaitGraph,
+) -> tuple[list[int], dict[int, Finding], Finding | None]:
+    """In a jam whose causes are all absences (ranks waiting on each other across groups),
+    one absence came first and keeps the others' ranks blocked. Keep it as the root and
+    demote the ones it explains, when evidence orders them; when it cannot, make an
+    ambiguous root that names them all.
+
+    Returns the remaining roots, the demoted findings with their cause, and the
+    ambiguous root (for the main jam) if there is one.
+    """
+    demoted: dict[int, Finding] = {}
+    ambiguous: Finding | None = None
+    if not sinks:
+        return roots, demoted, None
+    hits = {i: _touched(ordered[i], sinks, graph) for i in roots}
+    kept: list[int] = []
+    for i in roots:
+        if i in demoted:
+            continue
+        first = ordered[i]
+        kept.append(i)
+        if first.kind not in ABSENCE_KINDS:
+            continue
+        rivals = [
+            j
+            for j in roots
+            if j != i
+            and j not in demoted
+            and j not in kept
+            and ordered[j].kind in ABSENCE_KINDS
+            and hits[i] & hits[j]
+            and ordered[j].absent_ranks
+            and ordered[j].absent_ranks <= first.held_ranks
+        ]
+        if not rivals:
+            continue
+        orders = {j: orderer.order(first, ordered[j]) for j in rivals}
+        undecided = [j for j in rivals if orders[j].basis not in DECIDED or orders[j].sign >= 0]
+        if undecided and ambiguous is None and not kept[:-1]:
+            # the main jam cannot be ordered: say so instead of picking one
+            ambiguous = _ambiguous_root(first, [ordered[j] for j in undecided], orders, graph)
+            for finding in (first, *(ordered[j] for j in undecided)):
+                finding.evidence["candidate"] = True
+            kept.pop()
+            for j in (i, *undecided):
+                demoted[j] = ambiguous
+            for j in rivals:
+                if j not in undecided:
+                    demoted[j] = ambiguous
+            continue
+        for j in rivals:
+            if j not in undecided:
+                demoted[j] = first
+                rival = ordered[j]
+                first.evidence.setdefault("came_before", []).append(
+                    {
+                        "kind": rival.kind,
+                        "process_group": rival.group.to_dict(),
+                        "collective_seq_id": rival.collective_seq_id,
+                        "ranks": sorted(rival.absent_ranks or rival.culprit_ranks),
+                        "basis": orders[j].basis,
+                        "detail": orders[j].detail,
+                    }
+                )
+    return kept, demoted, ambiguous
+
+
+def _ambiguous_root(
+    first: Finding, others: list[Finding], orders: dict[int, Order], graph: WaitGraph
+) -> Finding:
+    """One finding for a jam whose order the evidence cannot tell."""
+    candidates = [first, *others]
+    reasons = sorted({o.detail for o in orders.values() if o.detail})
+    held = frozenset().union(*(f.held_ranks for f in candidates))
+    blocked: dict[str, list[int]] = {}
+    for finding in candidates:
+        where = f"{finding.group.label()} #{finding.collective_seq_id}"
+        ranks = sorted(r for r, h in graph.heads.items() if h.gid == finding.group.key)
+        blocked[where] = ranks
+    who = "; ".join(_candidate_words(f) for f in candidates)
+    suspects = sorted({r for f in candidates for r in (f.absent_ranks or f.culprit_ranks)})
+    reason = reasons[0] if reasons else "the evidence cannot order them"
+    return Finding(
+        kind="cross_pg_deadlock",
+        group=first.group,
+        collective_seq_id=first.collective_seq_id,
+        op=first.op,
+        culprit_ranks=[],
+        summary=(
+            f"ranks wait on each other across {len({f.group.key for f in candidates})} groups"
+            f" and the evidence cannot tell which came first: {who}; {reason}. Suspects:"
+            f" rank{'s' if len(suspects) > 1 else ''} {', '.join(map(str, suspects))}"
+        ),
+        evidence={
+            "ambiguous": True,
+            "blocked": blocked,
+            "candidates": [
+                {
+                    "kind": f.kind,
+                    "process_group": f.group.to_dict(),
+                    "collective_seq_id": f.collective_seq_id,
+                    "op": f.op,
+                    "ranks": sorted(f.absent_ranks or f.culprit_ranks),
+                }
+                for f in candidates
+            ],
+            "reason": reason,
+        },
+        frames={},
+        time_ns=min((f.time_ns for f in candidates if f.time_ns is not None), default=None),
+        held_ranks=held,
+    )
+
+
+def _candidate_words(finding: Finding) -> str:
+    ranks = sorted(finding.absent_ranks or finding.culprit_ranks)
+    who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    return (
+        f"{who} never issued {finding.op or '?'} {finding.group.label()}"
+        f" #{finding.collective_seq_id}"
+    )

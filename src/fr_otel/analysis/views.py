@@ -19,7 +19,8 @@ from fr_otel.archive.manifest import read_manifest
 VIEW_DOCS = {
     "entries": "every Flight Recorder entry, one row each (columns: docs/schema.md)",
     "collectives": "one row per collective instance: group, seq, op, joined and not_joined ranks",
-    "findings": "the analyzer's findings for every incident (kind, culprit_ranks, summary, ...)",
+    "findings": "the analyzer's findings for every incident (kind, culprit_ranks, waiting_ranks,"
+    " summary, root_cause, consequence_of, ...)",
 }
 
 COLLECTIVES_SQL = """
@@ -81,15 +82,16 @@ def _materialise_findings(connection: duckdb.DuckDBPyConnection, archive: Path) 
                     finding.summary,
                     index == analysis.root_cause,
                     finding.consequence_of,
+                    sorted(finding.waiting_ranks),
                 )
             )
     connection.execute(
         "CREATE OR REPLACE TEMP TABLE findings (job VARCHAR, incident VARCHAR, idx INTEGER,"
         " kind VARCHAR, pg_name VARCHAR, pg_desc VARCHAR, pg_ranks BIGINT[],"
         " collective_seq_id BIGINT, op VARCHAR, culprit_ranks BIGINT[], summary VARCHAR,"
-        " root_cause BOOLEAN, consequence_of INTEGER)"
+        " root_cause BOOLEAN, consequence_of INTEGER, waiting_ranks BIGINT[])"
     )
     if rows:
         connection.executemany(
-            "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
         )

@@ -13,7 +13,7 @@ what it is blocked on. From the heads:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 
@@ -40,6 +40,8 @@ class Head:
     """Hash of the call site (the text is fetched for the findings that show it)."""
     timeout_ms: int | None
     dump_time_ns: int | None
+    retired: bool = False
+    """gloo shows it retired, as it does a failed collective: unfinished by inference."""
 
     @property
     def ref(self) -> FrameRef:
@@ -73,6 +75,7 @@ def load_heads(connection: duckdb.DuckDBPyConnection) -> dict[int, Head]:
             site=head["site"],
             timeout_ms=head["timeout_ms"],
             dump_time_ns=head["dump_time_ns"],
+            retired=bool(head["retired_only"]),
         )
     return heads
 
@@ -86,6 +89,9 @@ class WaitGraph:
     heads: dict[int, Head]
     by_slot: dict[SlotKey, set[int]]
     needs: dict[SlotKey, set[int]]
+    silent_needs: dict[SlotKey, set[int]] = field(default_factory=dict)
+    """Slots that wait on nothing a dump shows, but have members (or a peer) without a
+    dump: those silent ranks are the only ones that could complete them."""
 
     @classmethod
     def build(
@@ -108,6 +114,7 @@ class WaitGraph:
             ).fetchall()
         }
         needs: dict[SlotKey, set[int]] = {}
+        silent_needs: dict[SlotKey, set[int]] = {}
         for slot, ranks in by_slot.items():
             gid, seq, p2p = slot
             if p2p:
@@ -124,12 +131,18 @@ class WaitGraph:
                     )
                     if head.peer is not None and head.peer in dumped and not matching:
                         wanted.add(head.peer)
+                    elif head.peer is not None and head.peer not in dumped:
+                        silent_needs.setdefault(slot, set()).add(head.peer)
                 needs[slot] = wanted
             else:
-                # a rank without a dump is unknown: never waited on, never blamed
+                # a rank without a dump is unknown: never seen absent, never blamed on
+                # evidence; it is waited on only where nothing a dump shows is
                 members = set(groups[gid].ranks or ()) & dumped
                 needs[slot] = members - done.get((gid, seq or 0), set()) - ranks
-        return cls(heads=heads, by_slot=by_slot, needs=needs)
+                silent = set(groups[gid].ranks or ()) - dumped
+                if silent and not needs[slot]:
+                    silent_needs[slot] = silent
+        return cls(heads=heads, by_slot=by_slot, needs=needs, silent_needs=silent_needs)
 
     def sinks(self) -> list[frozenset[int]]:
         """The ranks of each jam that waits on nothing outside itself.
@@ -142,8 +155,12 @@ class WaitGraph:
         graph: dict[Node, set[Node]] = {}
         for slot, needed in self.needs.items():
             graph[slot] = {self.heads[m].slot if m in self.heads else ("idle", m) for m in needed}
+            graph[slot] |= {("silent", m) for m in self.silent_needs.get(slot, ())}
         for rank in idle:
             graph[("idle", rank)] = set()
+        for silent in self.silent_needs.values():
+            for rank in silent:
+                graph[("silent", rank)] = set()
         sinks = []
         for component in _strongly_connected(graph):
             members = set(component)
@@ -152,7 +169,7 @@ class WaitGraph:
             ranks: set[int] = set()
             for node in component:
                 item = node[1]
-                if node[0] == "idle" and isinstance(item, int):
+                if node[0] in ("idle", "silent") and isinstance(item, int):
                     ranks.add(item)
                 else:
                     ranks |= self.by_slot.get(node, set())  # type: ignore[arg-type]
@@ -166,7 +183,8 @@ class WaitGraph:
         while changed:
             changed = False
             for slot, ranks in self.by_slot.items():
-                if not ranks <= blocked and self.needs[slot] & blocked:
+                needed = self.needs[slot] | self.silent_needs.get(slot, set())
+                if not ranks <= blocked and needed & blocked:
                     blocked |= ranks
                     changed = True
         return frozenset(blocked)
@@ -206,6 +224,8 @@ def stuck_in_flight(
         unstarted = sorted(h.rank for h in waiting if not h.started)
         started = sorted(h.rank for h in waiting if h.started)
         example = min(waiting, key=lambda h: h.rank)
+        if set(group.ranks or ()) - dumped and not (timing_known and unstarted and started):
+            continue  # members without a dump could complete it: a silent_rank finding
         if timing_known and unstarted and started:
             culprits = unstarted
             reason = (
@@ -245,6 +265,127 @@ def stuck_in_flight(
                 time_ns=min((h.created_ns for h in waiting if h.created_ns), default=None),
             )
         )
+    return findings
+
+
+def _ranks_words(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _silent_finding(
+    group: GroupRef,
+    seq: int | None,
+    waiting: list[Head],
+    silent: list[int],
+    timing_known: bool,
+) -> Finding:
+    """Every member with a dump waits in a collective (or a send/recv) that only members
+    without one could complete: they are the suspects, on the evidence of their silence."""
+    example = min(waiting, key=lambda h: h.rank)
+    present = sorted(h.rank for h in waiting)
+    where = (
+        f"{example.op} {group.label()} collective #{seq}"
+        if not example.p2p
+        else f"{example.op} {'to' if example.op == 'send' else 'from'} rank {example.peer}"
+        f" ({group.label()})"
+    )
+    retired = any(h.retired for h in waiting)
+    finding = Finding(
+        kind="silent_rank",
+        group=group,
+        collective_seq_id=None if example.p2p else seq,
+        op=example.op,
+        culprit_ranks=list(silent),
+        summary="",
+        evidence={
+            "silent_ranks": list(silent),
+            "present_ranks": present,
+            "by_silence": True,
+            "started_ranks": sorted(h.rank for h in waiting if h.started),
+            "timing_known": timing_known,
+            # gloo's dumps show a failed collective retired, like a completed one
+            "retired_in_dumps": retired,
+            "entry": example.ref,
+        },
+        frames={"majority": example.ref, "majority_rank": example.rank, "culprit": {}},
+        time_ns=min((h.created_ns for h in waiting if h.created_ns), default=None),
+        held_ranks=frozenset(present),
+        absent_ranks=frozenset(silent),
+    )
+    finding.evidence["where"] = where
+    finding.summary = silent_summary(finding)
+    return finding
+
+
+def silent_summary(finding: Finding) -> str:
+    """The sentence of a ``silent_rank`` finding, as a suspect or as a consequence."""
+    silent = list(finding.evidence["silent_ranks"])
+    present = list(finding.evidence["present_ranks"])
+    where = finding.evidence.get("where")
+    who = _ranks_words(silent)
+    if where is None:
+        return (
+            f"{who} left no dump (or one without entries) and the dumps present show no"
+            f" problem: what {'they were' if len(silent) > 1 else 'it was'} doing is unknown,"
+            " so the incident cannot be called healthy"
+        )
+    waits = (
+        f"{'every member with a dump' if len(present) > 1 else 'the only member with a dump'}"
+        f" ({_ranks_words(present)}) waits in {where}, which only {who} could complete"
+    )
+    if finding.evidence.get("retired_in_dumps"):
+        waits += " (gloo shows it retired, as it does a collective that failed)"
+    if finding.evidence.get("candidate_ranks"):
+        suspects = ", ".join(map(str, finding.evidence["candidate_ranks"]))
+        return f"{waits}; suspects: ranks {suspects}: {finding.evidence['reason']}"
+    if (
+        finding.evidence.get("timing_known")
+        and present
+        and finding.evidence.get("started_ranks") == present
+    ):
+        waits += " (every member with a dump started it: the network is a suspect too)"
+    if finding.culprit_ranks:
+        verb = "are the suspects" if len(silent) > 1 else "is the suspect"
+        their = "their" if len(silent) > 1 else "its"
+        return f"{waits}; {who} left no dump and {verb}: the evidence is {their} silence"
+    if finding.evidence.get("same_silence"):
+        return f"{waits}; the same silence as [{finding.consequence_of}]"
+    return f"{waits}; {who} left no dump, and presumably waits behind [{finding.consequence_of}]"
+
+
+def unexplained_silence(silent: list[int], group: GroupRef) -> Finding:
+    """An incident with ranks that left no dump, where the dumps present show nothing
+    wrong: not healthy, only unknown."""
+    finding = Finding(
+        kind="silent_rank",
+        group=group,
+        collective_seq_id=None,
+        op=None,
+        culprit_ranks=[],
+        summary="",
+        evidence={"silent_ranks": list(silent), "present_ranks": [], "by_silence": False},
+        absent_ranks=frozenset(silent),
+    )
+    finding.summary = silent_summary(finding)
+    return finding
+
+
+def silent_ranks(
+    graph: WaitGraph, groups: dict[int, GroupRef], timing_known: bool
+) -> list[Finding]:
+    """Collectives (and sends, receives) that wait on nothing a dump shows, but on members
+    (or a peer) that left no dump, past their timeout."""
+    findings = []
+    for slot, silent in sorted(graph.silent_needs.items(), key=lambda kv: repr(kv[0])):
+        gid, seq, p2p = slot
+        waiting = [graph.heads[r] for r in sorted(graph.by_slot.get(slot, ()))]
+        if p2p:
+            waiting = [h for h in waiting if h.peer in silent]
+        # not necessarily past its timeout: in an incident, the rank that lost its peer
+        # often failed (and dumped) at once; the silent member is the only one it waits on
+        if not waiting:
+            continue
+        findings.append(_silent_finding(groups[gid], seq, waiting, sorted(silent), timing_known))
     return findings
 
 
@@ -421,25 +562,58 @@ def p2p_unmatched(
         key = (gid, rank, peer)
         if key in findings:
             continue
-        other = "recv" if op == "send" else "send"
         findings[key] = Finding(
             kind="p2p_unmatched",
             group=groups[gid],
             collective_seq_id=None,
             op=op,
             culprit_ranks=[peer],
-            summary=(
-                f"rank {rank}'s {op} {'to' if op == 'send' else 'from'} rank {peer}"
-                f" ({groups[gid].label()}) has no matching {other}: rank {peer} never posted it"
-            ),
+            summary="",
             evidence={
                 "waiting_rank": rank,
+                "peer": peer,
                 "p2p_seq_id": p2p_seq,
                 "entry": (rank, record_id),
             },
             frames={"majority": (rank, record_id), "majority_rank": rank, "culprit": {}},
             time_ns=created,
-            waiting_ranks=frozenset({peer}),
+            absent_ranks=frozenset({peer}),
             held_ranks=frozenset({rank}),
         )
-    return list(findings.values())
+    out = list(findings.values())
+    for finding in out:
+        finding.summary = p2p_summary(finding)
+    return out
+
+
+def p2p_summary(finding: Finding) -> str:
+    """The sentence of a ``p2p_unmatched`` finding (one pair, or its replicas)."""
+    op = finding.op or "send"
+    other = "recv" if op == "send" else "send"
+    to = "to" if op == "send" else "from"
+    replicas = finding.evidence.get("replicas")
+    if replicas:
+        waiting = sorted(
+            int(r["waiting_rank"]) for r in replicas if r.get("waiting_rank") is not None
+        )
+        peers = sorted(r for entry in replicas for r in entry["ranks"])
+        sentence = (
+            f"{_ranks_words(waiting)}' {op}s {to} {_ranks_words(peers)}"
+            f" ({len(replicas)} {finding.group.desc} groups) have no matching {other}:"
+            f" {_ranks_words(peers)} never posted {'them' if len(peers) > 1 else 'it'}"
+        )
+    else:
+        rank, peer = finding.evidence.get("waiting_rank"), finding.evidence.get("peer")
+        peers = [int(peer)] if peer is not None else sorted(finding.absent_ranks)
+        sentence = (
+            f"rank {rank}'s {op} {to} {_ranks_words(peers)} ({finding.group.label()}) has no"
+            f" matching {other}: {_ranks_words(peers)} never posted it"
+        )
+    waiting_peers = sorted(finding.waiting_ranks)
+    if waiting_peers and finding.consequence_of is not None:
+        if set(waiting_peers) == set(peers):
+            blocked = "they are" if len(peers) > 1 else "it is"
+        else:
+            blocked = f"{_ranks_words(waiting_peers)} {'are' if len(waiting_peers) > 1 else 'is'}"
+        sentence += f": {blocked} blocked behind [{finding.consequence_of}], not at fault"
+    return sentence

@@ -15,6 +15,7 @@ in the connection ``analyze_connection`` used, after it.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,8 @@ class Grid:
     columns: list[Column]
     columns_total: int
     """Schedule positions in the data; ``columns`` holds the window shown."""
+    columns_total_by_desc: dict[str, int] = field(default_factory=dict)
+    """``columns_total`` per group description (what each per-group view counts)."""
     cells: dict[str, list[Any]]
     """row, col, state, record, created_ns, done_ns, sig, stack, trace, span."""
     signatures: list[dict[str, Any]]
@@ -315,6 +318,7 @@ def build_grid(
         rows=rows,
         columns=shown,
         columns_total=len(ordered),
+        columns_total_by_desc=dict(Counter(c.group_desc for c in ordered)),
         cells=cells,
         signatures=signatures,
         stacks=stacks,

@@ -32,6 +32,7 @@ _KIND_WORDS = {
     "cross_pg_deadlock": "ranks wait on each other across process groups",
     "p2p_unmatched": "a send or receive has no matching peer",
     "stuck_in_flight": "a collective never completed on some ranks (GPU or network)",
+    "silent_rank": "ranks that left no dump are the only ones the others wait on",
 }
 
 
@@ -114,6 +115,8 @@ def _verdict(analysis: Analysis) -> str:
 def _findings(analysis: Analysis) -> str:
     if not analysis.findings:
         return ""
+    # numbered by their "[index]" alone, which "consequence of [index]" refers to: not a
+    # numbered list too ("0. [0]")
     items = []
     for index, finding in enumerate(analysis.findings):
         if index == analysis.root_cause:
@@ -123,6 +126,8 @@ def _findings(analysis: Analysis) -> str:
         else:
             tag = "independent"
         culprits = _ranks_text(sorted(finding.culprit_ranks)) or "none"
+        waiting = _ranks_text(sorted(finding.waiting_ranks))
+        culprits += f"; waiting (not at fault): {waiting}" if waiting else ""
         items.append(
             f'<li><a href="#grid-panel" class="finding" data-finding="{index}">'
             f"[{index}] <b>{_e(finding.kind)}</b> <i>({_e(tag)})</i>: {_e(finding.summary)}"
@@ -130,7 +135,7 @@ def _findings(analysis: Analysis) -> str:
         )
     return (
         '<section id="findings"><h2>Findings</h2><p class="hint">Select one to show its cells'
-        f' in the grid.</p><ol start="0">{"".join(items)}</ol></section>'
+        f' in the grid.</p><ul class="findings">{"".join(items)}</ul></section>'
     )
 
 
@@ -142,6 +147,7 @@ def _finding_data(finding: Finding) -> dict[str, Any]:
         "seq": finding.collective_seq_id,
         "op": finding.op,
         "culprits": sorted(finding.culprit_ranks),
+        "waiting": sorted(finding.waiting_ranks),
         "summary": finding.summary,
     }
 
@@ -173,6 +179,7 @@ def _grid_data(grid: Grid) -> dict[str, Any]:
             "sub": [c.sub for c in grid.columns],
         },
         "columns_total": grid.columns_total,
+        "columns_total_by_desc": grid.columns_total_by_desc,
         "ranks_total": grid.ranks_total,
         "rank_step": grid.rank_step,
         "cells": cells,

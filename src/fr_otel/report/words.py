@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from fr_otel.stacks import call_site
 
 if TYPE_CHECKING:
-    from fr_otel.analysis import Finding
+    from fr_otel.analysis import Analysis, Finding
 
 MAX_CULPRIT_SITES = 3
 
@@ -33,3 +33,25 @@ def where(finding: Finding) -> str | None:
     """'rank 8 at train.py:141 in step; its peers at train.py:139 in step'."""
     parts = [f"{who} at {site}" if who else f"at {site}" for who, site in code_locations(finding)]
     return "; ".join(parts) or None
+
+
+def _listed(ranks: list[int]) -> str:
+    return ", ".join(map(str, sorted(ranks)))
+
+
+def ranks_words(finding: Finding) -> str:
+    """'culprit ranks: 32; waiting (not at fault): 0, 8, 16': who is to blame for a
+    finding, and who it names only because they wait behind its cause."""
+    words = f"culprit ranks: {_listed(finding.culprit_ranks) or 'none'}"
+    if finding.waiting_ranks:
+        words += f"; waiting (not at fault): {_listed(finding.waiting_ranks)}"
+    return words
+
+
+def outline(analysis: Analysis) -> list[tuple[int, int]]:
+    """``(index, depth)`` of every finding, in order: each cause at depth 0, followed by
+    the findings it explains at depth 1 (the analyzer lists them in that order)."""
+    return [
+        (index, 0 if finding.consequence_of is None else 1)
+        for index, finding in enumerate(analysis.findings)
+    ]

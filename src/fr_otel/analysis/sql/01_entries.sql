@@ -31,6 +31,9 @@ WITH raw AS (
         -- gloo never marks entries started/completed: retirement is its only completion signal.
         -- For NCCL a retired entry that did not complete timed out.
         state = 'completed' OR (backend = 'gloo' AND coalesce(retired, false)) AS done_self,
+        -- done only by gloo's retirement, which a failed collective gets too
+        backend = 'gloo' AND coalesce(retired, false) AND state IS DISTINCT FROM 'completed'
+            AS retired_only,
         state IN ('started', 'completed') AS started
     FROM (
         SELECT *,
@@ -64,14 +67,11 @@ LEFT JOIN batches fb
     ON fb.rank = raw.rank AND fb.gid = raw.gid AND fb.p2p = raw.p2p
    AND fb.batch = CASE WHEN raw.p2p THEN raw.p2p_seq_id ELSE raw.seq END;
 
--- Each rank's dump: what it holds and whether it holds its whole history.
+-- Each rank's dump: what it holds and whether it holds its whole history. A rank whose
+-- dump held no entry (FR off, or a recorder that never read torch's buffer) is no
+-- evidence of anything: like a rank without a dump, it is unknown (silent), never absent.
 CREATE OR REPLACE TEMP TABLE dumped AS
 SELECT rank, count(*) AS entries, min(record_id) AS first_record, max(record_id) AS last_record,
        bool_or(state_started) AS any_started
 FROM e
-GROUP BY rank
-UNION ALL
--- ranks whose dump held no entry at all (known from the incident's manifest)
-SELECT rank, 0, 0, -1, false
-FROM (SELECT unnest($empty_ranks::BIGINT[]) AS rank)
-WHERE rank NOT IN (SELECT rank FROM e);
+GROUP BY rank;

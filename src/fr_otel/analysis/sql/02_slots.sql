@@ -65,12 +65,23 @@ SELECT r.gid, r.seq, r.present, coalesce(c.covering, 0) - r.present AS absent, r
        r.majority_sig, r.majority_n, coalesce(r.runner_up_n, 0) AS runner_up_n
 FROM ranked r LEFT JOIN covering c USING (gid, seq);
 
+-- Members of a group that have no dump, or one without entries: unknown, never absent.
+CREATE OR REPLACE TEMP TABLE silent_members AS
+SELECT g.gid, list(m.rank ORDER BY m.rank) AS ranks
+FROM groups g, unnest(g.members) AS m(rank)
+WHERE m.rank NOT IN (SELECT rank FROM dumped)
+GROUP BY g.gid;
+
 -- gloo retires an op when it fails as well as when it completes (FR reference §1.7): a rank
 -- that dumped after its collective timed out or lost its peer shows it retired. A
 -- collective cannot complete while a member whose buffer covers it never issued it, and
 -- its retirement proves nothing while members issued different things there. At such a
 -- slot, a rank's last collective in the group is where it was blocked, retired or not;
 -- one it went past (a gather's sender, done before the root failed) did complete.
+-- Nor does it prove anything in a group with a silent member for a rank's last collective
+-- of all, still pending past its timeout when the dump was taken, that no other member
+-- went past (a gather's or reduce's senders finish before its root): the dumps cannot
+-- tell that it completed, and only the silent member could say.
 CREATE OR REPLACE TEMP TABLE failed_gloo AS
 SELECT s.gid, s.seq, s.rank
 FROM slots s
@@ -78,7 +89,43 @@ JOIN windows w ON w.gid = s.gid AND w.rank = s.rank AND w.max_seq = s.seq
 JOIN slot_summary ss ON ss.gid = s.gid AND ss.seq = s.seq
 WHERE s.done AND (ss.absent > 0 OR ss.signatures > 1)
   AND EXISTS (SELECT 1 FROM e WHERE e.gid = s.gid AND e.seq = s.seq AND e.rank = s.rank
-              AND e.gloo AND NOT e.p2p);
+              AND e.gloo AND NOT e.p2p)
+UNION
+SELECT s.gid, s.seq, s.rank
+FROM slots s
+JOIN windows w ON w.gid = s.gid AND w.rank = s.rank AND w.max_seq = s.seq
+JOIN silent_members sm ON sm.gid = s.gid
+WHERE s.done
+  AND EXISTS (
+      SELECT 1 FROM e
+      WHERE e.gid = s.gid AND e.seq = s.seq AND e.rank = s.rank AND NOT e.p2p
+        AND e.op <> 'coalesced' AND e.retired_only
+        AND (e.op IN ('gather', 'reduce')
+             OR NOT EXISTS (SELECT 1 FROM windows o WHERE o.gid = s.gid AND o.max_seq > s.seq))
+        AND e.record_id = (SELECT max(x.record_id) FROM e x
+                           WHERE x.rank = s.rank AND NOT x.p2p AND x.op <> 'coalesced')
+        AND (
+            -- pending past its timeout when dumped
+            e.dump_time_ns IS NULL OR e.time_created_ns IS NULL OR coalesce(e.timeout_ms, 0) = 0
+            OR e.dump_time_ns - e.time_created_ns >= e.timeout_ms * 1000000)
+  );
+
+-- A rank whose last collective of all is such a retired gloo collective in a group with a
+-- silent member, done before its timeout: it completed (and the rank stopped after it) or
+-- it failed (and the rank waits on the silent member). Only the silent member could say.
+CREATE OR REPLACE TEMP TABLE unsure_stops AS
+SELECT e.rank, e.gid, e.seq, e.op, sm.ranks AS silent
+FROM e
+JOIN silent_members sm ON sm.gid = e.gid
+WHERE NOT e.p2p AND e.op <> 'coalesced' AND e.retired_only
+  AND e.record_id = (SELECT max(x.record_id) FROM e x
+                     WHERE x.rank = e.rank AND NOT x.p2p AND x.op <> 'coalesced')
+  -- a member that went past it shows it completed
+  AND (e.op IN ('gather', 'reduce')
+       OR NOT EXISTS (SELECT 1 FROM windows o WHERE o.gid = e.gid AND o.max_seq > e.seq))
+  -- a member absent from it, or a disagreement there, shows it failed
+  AND NOT EXISTS (SELECT 1 FROM slot_summary ss WHERE ss.gid = e.gid AND ss.seq = e.seq
+                  AND (ss.absent > 0 OR ss.signatures > 1));
 
 UPDATE e SET done = false
 WHERE done AND NOT p2p AND op <> 'coalesced'

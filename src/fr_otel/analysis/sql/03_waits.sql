@@ -5,7 +5,7 @@ SELECT
     rank,
     arg_min(
         struct_pack(gid, seq, p2p, p2p_seq_id, op, peer, started, record_id,
-                    time_created_ns, site, timeout_ms, dump_time_ns),
+                    time_created_ns, site, timeout_ms, dump_time_ns, retired_only),
         record_id
     ) AS head
 FROM e

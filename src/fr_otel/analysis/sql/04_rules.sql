@@ -11,11 +11,14 @@ SELECT
 FROM e JOIN groups g USING (gid)
 WHERE NOT e.p2p AND e.in_tensors > 0 AND e.out_tensors > 0
   AND (
-      (list_contains($all_gather_ops, e.op) AND e.out_numel <> e.in_numel * len(g.members)
+      -- a group with members no dump shows (gloo, see members.py) has no size to check
+      (list_contains($all_gather_ops, e.op) AND g.unknown_members = 0
+       AND e.out_numel <> e.in_numel * len(g.members)
        -- gloo's all_gather_into_tensor_coalesced, which functional collectives use, records
        -- only the first member's chunk of each output: as many elements as the input
        AND NOT (e.gloo AND e.out_numel = e.in_numel))
-      OR (list_contains($reduce_scatter_ops, e.op) AND e.in_numel <> e.out_numel * len(g.members))
+      OR (list_contains($reduce_scatter_ops, e.op) AND g.unknown_members = 0
+          AND e.in_numel <> e.out_numel * len(g.members))
       -- gloo runs reduce_scatter_tensor as an all_reduce over the whole input
       OR (list_contains($all_reduce_ops, e.op) AND NOT e.gloo AND NOT e.sizes_equal)
   );

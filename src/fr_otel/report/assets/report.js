@@ -61,19 +61,19 @@
   const descOrder = [];
   for (const d of cols.desc) if (!descOrder.includes(d)) descOrder.push(d);
   for (const d of groupDesc) if (!descOrder.includes(d)) descOrder.push(d);
-  function makeView(id, label, rowFilter, colFilter) {
+  function makeView(id, label, desc, rowFilter, colFilter) {
     const vr = [], vc = [];
     for (let r = 0; r < rows.rank.length; r++) if (rowFilter(r)) vr.push(r);
     for (let c = 0; c < cols.desc.length; c++) if (colFilter(c)) vc.push(c);
-    return {id, label, rows: vr, cols: vc, at: null, rowPos: null, colPos: null};
+    return {id, label, desc, rows: vr, cols: vc, at: null, rowPos: null, colPos: null};
   }
   const views = [];
   for (const d of descOrder) {
     const n = G.groups.filter(g => g.desc === d).length;
-    views.push(makeView("group:" + d, `${d}: one row per rank` + (n > 1 ? ` (${n} groups)` : ""),
+    views.push(makeView("group:" + d, `${d}: one row per rank` + (n > 1 ? ` (${n} groups)` : ""), d,
       r => groupDesc[rows.group[r]] === d, c => cols.desc[c] === d));
   }
-  views.push(makeView("all", "all groups: rank × group", () => true, () => true));
+  views.push(makeView("all", "all groups: rank × group", null, () => true, () => true));
   function index(view) {
     if (view.at) return view;
     const nr = view.rows.length, nc = view.cols.length;
@@ -147,6 +147,61 @@
     return view.id === "all" || G.groups.filter(x => x.desc === g.desc).length > 1
       ? `rank ${rows.rank[r]} · ${g.desc} (pg ${g.name})` : `rank ${rows.rank[r]}`;
   }
+  // Row labels are laid out, never stacked: a label is LINE_H tall, and a row gets one
+  // only where it overlaps no other. The culprits' come first, one per run of culprit rows
+  // closer than a label's height (it names them all); then every n-th row's, n rows being
+  // at least a label's height, except where a culprit's label already is.
+  const LINE_H = 14;
+  function rowText(r) { return label(r) + (rows.dumped[r] ? "" : " (no dump)"); }
+  function runText(run) {
+    if (run.length === 1) return "▶ " + rowText(run[0]);
+    const ranks = [...new Set(run.map(r => rows.rank[r]))];
+    if (ranks.length === 1) return `▶ rank ${ranks[0]} (${run.length} rows)`;
+    if (ranks.length <= 3) return `▶ ranks ${ranks.join(", ")}`;
+    return `▶ ranks ${ranks[0]} … ${ranks[ranks.length - 1]} (${run.length} rows)`;
+  }
+  function drawLabels(r0, r1, sy, culpritRows) {
+    const drawn = [];
+    const centre = vr => HEADER_H + vr * ch - sy + ch / 2;
+    const runs = [];
+    for (let vr = r0; vr < r1; vr++) {
+      const r = view.rows[vr];
+      if (!culpritRows.has(r)) continue;
+      const last = runs[runs.length - 1];
+      if (last && centre(vr) - last.y1 < LINE_H) { last.rows.push(r); last.y1 = centre(vr); }
+      else runs.push({rows: [r], y0: centre(vr), y1: centre(vr)});
+    }
+    // runs' centres: at least a label apart, as a run ends a label's height before the next
+    for (const run of runs) run.y = (run.y0 + run.y1) / 2;
+    for (let k = 1; k < runs.length; k++) runs[k].y = Math.max(runs[k].y, runs[k - 1].y + LINE_H);
+    ctx.textBaseline = "middle";
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillStyle = "#333";
+    const every = Math.ceil(LINE_H / ch);
+    for (let vr = r0 - (r0 % every); vr < r1; vr += every) {
+      const r = view.rows[vr];
+      if (r === undefined || culpritRows.has(r)) continue;
+      const y = centre(vr);
+      if (runs.some(run => Math.abs(run.y - y) < LINE_H)) continue;
+      const text = rowText(r);
+      ctx.fillText(text, 6, y, LABEL_W - 18);
+      const ink = ctx.measureText(text);
+      drawn.push({text, y, top: y - ink.actualBoundingBoxAscent, bottom: y + ink.actualBoundingBoxDescent,
+        culprit: false, ranks: [rows.rank[r]]});
+    }
+    // the culprits' last, on a band of their own
+    ctx.font = "bold 11px system-ui, sans-serif";
+    for (const run of runs) {
+      const text = runText(run.rows);
+      ctx.fillStyle = "#fde8e8";
+      ctx.fillRect(0, run.y - LINE_H / 2, LABEL_W - 7, LINE_H);
+      ctx.fillStyle = "#d62728";
+      ctx.fillText(text, 6, run.y, LABEL_W - 18);
+      drawn.push({text, y: run.y, top: run.y - LINE_H / 2, bottom: run.y + LINE_H / 2,
+        culprit: true, ranks: [...new Set(run.rows.map(r => rows.rank[r]))]});
+    }
+    return drawn;
+  }
   function draw() {
     const W = scroll.clientWidth, H = scroll.clientHeight;
     const dpr = window.devicePixelRatio || 1;
@@ -208,14 +263,10 @@
     // row labels, over the cells that scrolled under them
     ctx.fillStyle = "#f6f6f8";
     ctx.fillRect(0, HEADER_H, LABEL_W, H - HEADER_H);
-    ctx.textBaseline = "middle";
-    ctx.font = "11px system-ui, sans-serif";
-    const every = ch >= 10 ? 1 : Math.ceil(12 / ch);
     for (let vr = r0; vr < r1; vr++) {
       const r = view.rows[vr];
       const y = HEADER_H + vr * ch - sy;
-      const culprit = culpritRows.has(r);
-      if (culprit) {
+      if (culpritRows.has(r)) {
         ctx.fillStyle = "#d62728";
         ctx.fillRect(LABEL_W - 6, y, 5, Math.max(ch - vgap, 2));
       }
@@ -223,24 +274,8 @@
         ctx.fillStyle = "#b9b9b9";
         ctx.fillRect(LABEL_W - 12, y, 5, Math.max(ch - vgap, 2));
       }
-      if (!culprit && vr % every === 0) {
-        ctx.fillStyle = "#333";
-        ctx.font = "11px system-ui, sans-serif";
-        ctx.fillText(label(r) + (rows.dumped[r] ? "" : " (no dump)"), 6, y + ch / 2,
-          LABEL_W - 18);
-      }
     }
-    // culprit labels last, on a band of their own, over any neighbour they would overlap
-    for (let vr = r0; vr < r1; vr++) {
-      const r = view.rows[vr];
-      if (!culpritRows.has(r)) continue;
-      const y = HEADER_H + vr * ch - sy + ch / 2;
-      ctx.fillStyle = "#fde8e8";
-      ctx.fillRect(0, y - 7, LABEL_W - 7, 14);
-      ctx.fillStyle = "#d62728";
-      ctx.font = "bold 11px system-ui, sans-serif";
-      ctx.fillText("▶ " + label(r) + (rows.dumped[r] ? "" : " (no dump)"), 6, y, LABEL_W - 18);
-    }
+    const labels = drawLabels(r0, r1, sy, culpritRows);
     // column header: group band, sequence numbers, the divergence marker
     ctx.fillStyle = "#f6f6f8";
     ctx.fillRect(0, 0, W, HEADER_H);
@@ -301,11 +336,16 @@
     ctx.fillRect(0, 0, LABEL_W, HEADER_H);
     ctx.fillStyle = "#333";
     ctx.font = "11px system-ui, sans-serif";
-    ctx.fillText(`${nr} rows × ${nc} columns`, 6, 14);
+    const header = `${nr} rows × ${nc} columns`;
+    ctx.fillText(header, 6, 14);
     ctx.fillText("schedule order →", 6, 32);
-    frame = {view: view.id, rows: nr, cols: nc, drawnCells, focusColumn: focus, culpritMarks: marks,
+    frame = {view: view.id, rows: nr, cols: nc, header, drawnCells, focusColumn: focus, culpritMarks: marks,
       culpritRows: [...culpritRows].filter(r => view.rowPos[r] >= 0).map(r => rows.rank[r]),
-      divergenceLine: focus >= 0, finding: f ? finding : null};
+      divergenceLine: focus >= 0, finding: f ? finding : null, rowHeight: ch, columnWidth: cw,
+      // the columns on screen, wholly or in part (view indexes)
+      firstColumn: Math.min(nc - 1, Math.floor(sx / cw)),
+      lastColumn: Math.min(nc - 1, Math.floor((sx + W - LABEL_W - 1) / cw)),
+      labels: labels.filter(l => l.bottom > HEADER_H && l.top < H)};
   }
 
   // --- interaction -------------------------------------------------------------------
@@ -350,8 +390,16 @@
       other: "",
     }[kind];
   }
-  scroll.addEventListener("scroll", schedule);
-  window.addEventListener("resize", () => { setZoom(); schedule(); });
+  // the tooltip describes the cell under the pointer: once the grid moves under it (a
+  // scroll, another view, other row heights) it is gone until the pointer moves again
+  // (a scroll event comes a frame late: one from before the tooltip showed is no move)
+  let tooltipAt = null;
+  function hideTooltip() { tooltip.hidden = true; }
+  scroll.addEventListener("scroll", () => {
+    if (!tooltipAt || tooltipAt[0] !== scroll.scrollLeft || tooltipAt[1] !== scroll.scrollTop) hideTooltip();
+    schedule();
+  });
+  window.addEventListener("resize", () => { hideTooltip(); setZoom(); schedule(); });
   scroll.addEventListener("mousemove", event => {
     const hit = cellUnder(event);
     if (!hit) { tooltip.hidden = true; return; }
@@ -365,6 +413,7 @@
     if (!text) { tooltip.hidden = true; return; }
     tooltip.textContent = text;
     tooltip.hidden = false;
+    tooltipAt = [scroll.scrollLeft, scroll.scrollTop];
     const left = Math.min(hit.x + 14, scroll.clientWidth - 300);
     tooltip.style.left = Math.max(0, left) + "px";
     tooltip.style.top = (hit.y + 14) + "px";
@@ -429,7 +478,9 @@
     if (!next) return false;
     view = index(next);
     viewSelect.value = id;
+    hideTooltip();
     setZoom();
+    showNote();
     schedule();
     return true;
   }
@@ -438,14 +489,24 @@
     if (vc >= 0) scroll.scrollLeft = Math.max(0, vc * cw - (W - LABEL_W) * 0.6);
     if (vr >= 0) scroll.scrollTop = Math.max(0, vr * ch - (H - HEADER_H) / 3);
   }
+  // where a view opens: at the selected finding's cells where it has them, else at the
+  // newest columns (the end of the window, where a hang shows), from the first row
+  function reveal() {
+    const loc = located(finding);
+    const vc = loc && loc.col !== null ? view.colPos[loc.col] : -1;
+    const candidates = loc ? [...loc.marks.map(m => m[0]), ...loc.rows] : [];
+    const row = candidates.find(r => view.rowPos[r] >= 0);
+    const vr = row === undefined ? -1 : view.rowPos[row];
+    scrollTo(vr, vc);
+    if (vc < 0) scroll.scrollLeft = scroll.scrollWidth;
+    if (vr < 0) scroll.scrollTop = 0;
+  }
   function selectFinding(i) {
-    const f = findingOf(i), loc = located(i);
+    const f = findingOf(i);
     if (!f) return false;
     finding = i;
     setView("group:" + f.desc) || setView("all");
-    const vc = loc.col !== null ? view.colPos[loc.col] : -1;
-    const first = loc.marks.length ? loc.marks[0][0] : (loc.rows.length ? loc.rows[0] : -1);
-    scrollTo(first >= 0 ? view.rowPos[first] : -1, vc);
+    reveal();
     document.querySelectorAll("a.finding").forEach(a => {
       a.classList.toggle("selected", Number(a.dataset.finding) === i);
     });
@@ -456,8 +517,8 @@
     a.addEventListener("click", () => selectFinding(Number(a.dataset.finding)));
   });
   for (const v of views) viewSelect.append(new Option(v.label, v.id));
-  viewSelect.addEventListener("change", () => setView(viewSelect.value));
-  zoomSelect.addEventListener("change", () => { setZoom(); schedule(); });
+  viewSelect.addEventListener("change", () => { if (setView(viewSelect.value)) reveal(); });
+  zoomSelect.addEventListener("change", () => { hideTooltip(); setZoom(); reveal(); schedule(); });
 
   // --- legend and window note ----------------------------------------------------------
   const legend = document.getElementById("legend");
@@ -480,27 +541,40 @@
     item.append(sw, text);
     legend.append(item);
   }
+  // the counts of what the view shows, as its grid's header does
   const note = document.getElementById("window-note");
   const total = G.columns_total, shown = cols.desc.length;
-  const positions = total > shown
-    ? `${shown} of ${total} schedule positions shown (--columns to change)`
-    : `${shown} schedule positions`;
+  const descTotals = G.columns_total_by_desc || {};
   const rankCount = new Set(rows.rank).size;
   const sampled = G.rank_step
     ? `; ${rankCount} of ${G.ranks_total} ranks: those the findings name and one in ${G.rank_step} of the others (--max-ranks to change)`
     : "";
-  note.textContent = `${positions}${sampled}; shades of a colour: different call sites`;
+  function showNote() {
+    const nc = view.cols.length;
+    let positions;
+    if (view.desc === null) {
+      positions = total > shown
+        ? `${shown} of ${total} schedule positions shown (--columns to change)`
+        : `${shown} schedule positions`;
+    } else {
+      const all = descTotals[view.desc] ?? nc;
+      positions = all > nc
+        ? `${nc} of ${all} ${view.desc} schedule positions shown (the window holds ${shown} of ${total} in all groups; --columns to change)`
+        : `${nc} ${view.desc} schedule positions`;
+    }
+    note.textContent = `${positions}${sampled}; shades of a colour: different call sites`;
+  }
 
   // --- start ---------------------------------------------------------------------------
   const root = findingOf(data.root_cause);
   if (root) selectFinding(data.root_cause);
-  else setView(views[0] ? views[0].id : "all");
+  else if (setView(views[0] ? views[0].id : "all")) reveal();
   draw();
   window.frReport = {
     ready: true,
     firstRenderMs: performance.now(),
     views: () => views.map(v => ({id: v.id, label: v.label, rows: v.rows.length, cols: v.cols.length})),
-    setView: id => { const ok = setView(id); draw(); return ok; },
+    setView: id => { const ok = setView(id); if (ok) reveal(); draw(); return ok; },
     selectFinding: i => { const ok = selectFinding(i); draw(); return ok; },
     // what is on screen now: a redraw still waiting for its animation frame is done first
     frame: () => { if (pending) draw(); return frame; },
