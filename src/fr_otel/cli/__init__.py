@@ -20,6 +20,7 @@ from fr_otel.cli.import_cmd import import_
 from fr_otel.cli.incidents_cmd import incidents
 from fr_otel.cli.run_cmd import run
 from fr_otel.cli.simulate_cmd import simulate
+from fr_otel.cli.snapshot_cmd import snapshot
 from fr_otel.cli.sql_cmd import sql
 
 
@@ -52,6 +53,7 @@ cli.add_command(export)
 cli.add_command(simulate)
 cli.add_command(demo)
 cli.add_command(run)
+cli.add_command(snapshot)
 
 
 def main(argv: list[str] | None = None) -> int:
