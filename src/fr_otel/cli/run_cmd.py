@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from fr_otel import config
+from fr_otel.cli._options import archive_option, job_option
 
 
 @click.command(
@@ -19,13 +20,8 @@ from fr_otel import config
     default=None,
     help="incident: spans only on an incident (default); continuous: every collective.",
 )
-@click.option(
-    "--archive",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help=f"Parquet archive (default: ${config.FR_OTEL_ARCHIVE} or ./fr-otel-archive).",
-)
-@click.option("--job", default=None, help=f"Job name (default: ${config.FR_OTEL_JOB}).")
+@archive_option
+@job_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[str, ...]) -> int:
     """Run COMMAND (torchrun, python, srun ...) with the recorder installed in every rank.

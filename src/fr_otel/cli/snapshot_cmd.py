@@ -9,16 +9,12 @@ import click
 
 from fr_otel import config
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
+from fr_otel.cli._options import archive_option, job_option
 
 
 @click.command("snapshot")
-@click.option(
-    "--archive",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help=f"The job's archive (default: ${config.FR_OTEL_ARCHIVE} or ./fr-otel-archive).",
-)
-@click.option("--job", default=None, help=f"Job name (default: ${config.FR_OTEL_JOB}).")
+@archive_option
+@job_option
 @click.option("--run", "run_id", default=None, help="Run id, when several runs of the job run.")
 @click.option(
     "--wait",

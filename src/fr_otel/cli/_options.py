@@ -1,0 +1,19 @@
+"""Options several commands share, written once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fr_otel import config
+
+archive_option = click.option(
+    "--archive",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=f"Parquet archive (default: ${config.FR_OTEL_ARCHIVE} or ./{config.DEFAULT_ARCHIVE}).",
+)
+"""``--archive``: where the recorder's ranks write (and their rings live, under ``_rings``)."""
+
+job_option = click.option("--job", default=None, help=f"Job name (default: ${config.FR_OTEL_JOB}).")
