@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards chromium
+.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards chromium e2e-tools
 
 $(STAMP): requirements-dev.txt pyproject.toml setup.py src/fr_otel/recorder/_fasthook.c src/fr_otel/recorder/_lastgasp.c
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 
-unit: $(STAMP) chromium
+unit: $(STAMP) chromium e2e-tools
 	$(BIN)/pytest -q
 
 # The browser tests open the HTML report in Debian's chromium (no browser download:
@@ -40,6 +40,32 @@ chromium:
 		{ $$SUDO apt-get update -qq >/dev/null && $$SUDO apt-get install -y -qq chromium >/dev/null; }; }
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "the browser tests need chromium: apt-get install chromium" >&2; exit 1; }
+
+# The end-to-end tests' real Collector and Jaeger (tests/e2e/), built with Go from the
+# module proxy into build/bin: our Collector distribution from collector-config/builder.yaml
+# (ocb, pinned in tools/ocb/go.mod) and Jaeger v2 (pinned in tools/jaeger/go.mod). Go's
+# module and build caches ($$(go env GOMODCACHE), $$(go env GOCACHE)) are reused; the
+# binaries are rebuilt only when their inputs change.
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+# ocb runs `go` itself: put ours first on PATH
+GOENV := PATH="$(dir $(GO)):$$PATH" GOFLAGS=-buildvcs=false
+GOBUILD := $(GOENV) $(GO) build -trimpath -ldflags='-s -w'
+E2E_BIN := build/bin
+OCB := $(E2E_BIN)/ocb
+OTELCOL := $(E2E_BIN)/otelcol-fr-otel
+JAEGER := $(E2E_BIN)/jaeger
+
+e2e-tools: $(OTELCOL) $(JAEGER)
+
+$(OCB): tools/ocb/go.mod tools/ocb/go.sum
+	cd tools/ocb && $(GOBUILD) -o ../../$(OCB) go.opentelemetry.io/collector/cmd/builder
+
+$(OTELCOL): collector-config/builder.yaml $(OCB)
+	$(GOENV) $(OCB) --config collector-config/builder.yaml --skip-strict-versioning=false
+	cp build/otelcol-fr-otel/otelcol-fr-otel $(OTELCOL).new && mv -f $(OTELCOL).new $(OTELCOL)
+
+$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+	cd tools/jaeger && $(GOBUILD) -o ../../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/import_throughput.py
@@ -58,4 +84,4 @@ docs: $(STAMP)
 	$(BIN)/python -c 'from fr_otel.schema import schema_markdown as m; print(m(), end="")' > docs/schema.md
 
 clean:
-	rm -rf $(VENV) demo-out bench-out test-artifacts .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build demo-out bench-out test-artifacts .pytest_cache .mypy_cache .ruff_cache

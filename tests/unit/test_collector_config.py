@@ -21,9 +21,12 @@ import yaml
 
 from fr_otel.otel import model
 from fr_otel.otel.encode import MAX_REQUEST_BYTES, row_to_span
+from tests.collector_configs import with_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "collector-config"
+# The ocb manifest of our own distribution: not a Collector config.
+BUILDER = CONFIG_DIR / "builder.yaml"
 COMPONENTS = yaml.safe_load((CONFIG_DIR / "schema" / "components.yaml").read_text())
 KEYS = yaml.safe_load((CONFIG_DIR / "schema" / "keys.yaml").read_text())
 
@@ -82,19 +85,20 @@ def _base_of(path: Path) -> Path | None:
 
 
 def config_files() -> list[Path]:
-    return sorted(CONFIG_DIR.glob("*.yaml"))
+    return sorted(p for p in CONFIG_DIR.glob("*.yaml") if p != BUILDER)
 
 
 def configs() -> dict[str, dict[str, Any]]:
     """Every config to validate: each base file, and each overlay merged onto its base."""
     out: dict[str, dict[str, Any]] = {}
     for path in config_files():
-        loaded = yaml.safe_load(path.read_text())
+        loaded = with_defaults(yaml.safe_load(path.read_text()))
         base = _base_of(path)
         if base is None:
             out[path.name] = loaded
         else:
-            out[f"{base.name}+{path.name}"] = deep_merge(yaml.safe_load(base.read_text()), loaded)
+            merged = deep_merge(with_defaults(yaml.safe_load(base.read_text())), loaded)
+            out[f"{base.name}+{path.name}"] = merged
     return out
 
 
@@ -103,9 +107,13 @@ NAMES = sorted(CONFIGS)
 
 
 def test_the_expected_configs_exist() -> None:
-    assert {"local.yaml", "agent.yaml", "gateway.yaml", "gateway.yaml+gateway.s3.yaml"} <= set(
-        NAMES
-    )
+    assert {
+        "local.yaml",
+        "agent.yaml",
+        "gateway.yaml",
+        "gateway.yaml+gateway.s3.yaml",
+        "gateway.yaml+gateway.static.yaml",
+    } <= set(NAMES)
     for path in config_files():
         base = _base_of(path)
         assert base is None or base.exists(), f"{path.name}: overlay without {base.name}"
@@ -458,6 +466,7 @@ def _span_bytes(group: int) -> int:
     row = {
         "job": "llama-70b-pretrain",
         "incident": "20260822T101500Z-timeout",
+        "run_id": None,
         "rank": 9_999,
         "pg_name": "0",
         "pg_desc": "default_pg",
@@ -622,7 +631,7 @@ service:
     [
         (undefined_components, "processor 'attributes/typo' is not defined"),
         (unused_components, "exporter 'debug' is defined but in no pipeline"),
-        (unknown_types, "'otlphttp' is a deprecated alias in 0.159.0, use 'otlp_http'"),
+        (unknown_types, "'otlphttp' is a deprecated alias in 0.161.0, use 'otlp_http'"),
         (unknown_keys, "processors.batch.send_batch_maxsize: not a known key"),
         (bad_pipeline_names, "pipeline 'spans'"),
         (local_binds, "otlp.grpc: endpoint 'localhost:4317'"),
@@ -662,3 +671,74 @@ def test_a_connector_used_one_way_and_an_unlisted_storage_are_caught() -> None:
 def test_overlays_merge_like_the_collector() -> None:
     merged = deep_merge({"a": {"b": [1], "c": 1}}, {"a": {"b": [2], "d": 2}})
     assert merged == {"a": {"b": [2], "c": 1, "d": 2}}
+
+
+# --- our own distribution (collector-config/builder.yaml) and the images ---------------
+
+BUILDER_MANIFEST = yaml.safe_load(BUILDER.read_text())
+# Types the shipped configs use that the distribution cannot have: contrib's
+# exporter/awss3exporter is served at no version by the Go module proxy the project's
+# machines reach (403 "not available" / 404 for v0.148.0 to v0.165.1), so gateway.s3.yaml
+# runs on the contrib image only (builder.yaml and collector-config/README.md say so).
+NOT_BUILDABLE = {"exporters": {"awss3"}}
+# The stable (v1.x) modules released with each beta release: ocb v0.161.0's
+# DefaultStableOtelColVersion (cmd/builder/internal/builder/config.go).
+STABLE_OF = {"0.161.0": "v1.67.0"}
+# Jaeger tags its Go module v1.x and its v2 images 2.x, one release each: CHANGELOG.md
+# "v1.76.0 / v2.13.0 (2025-12-03)".
+JAEGER_IMAGE_OF = {"v1.76.0": "2.13.0"}
+
+
+def _used_types() -> dict[str, set[str]]:
+    used: dict[str, set[str]] = {kind: set() for kind in KINDS}
+    for config in CONFIGS.values():
+        for kind in KINDS:
+            used[kind] |= {type_of(c) for c in _defined(config, kind)}
+    return used
+
+
+def _gomods(kind: str) -> list[tuple[str, str]]:
+    return [tuple(e["gomod"].split()) for e in BUILDER_MANIFEST.get(kind) or []]  # type: ignore[misc]
+
+
+def test_the_distribution_builds_exactly_the_components_the_configs_use() -> None:
+    used = _used_types()
+    for kind in KINDS:
+        built = {module for module, _ in _gomods(kind)}
+        missing = NOT_BUILDABLE.get(kind, set())
+        assert missing <= used[kind], f"{kind}: {missing - used[kind]} no longer used"
+        wanted = {COMPONENTS[kind][t]["module"] for t in used[kind] - missing}
+        assert built == wanted, kind
+    # ${env:...} and --config=FILE need these two providers; nothing else is listed
+    providers = {module.rsplit("/", 1)[1] for module, _ in _gomods("providers")}
+    assert (
+        {"envprovider", "fileprovider"}
+        <= providers
+        <= {"envprovider", "fileprovider", "yamlprovider"}
+    )
+
+
+def test_the_distribution_is_pinned_to_the_configs_release() -> None:
+    release = COMPONENTS["release"]
+    versions = {kind: {v for _, v in _gomods(kind)} for kind in (*KINDS, "providers")}
+    for kind in KINDS:
+        assert versions[kind] == {f"v{release}"}, kind
+    assert versions["providers"] == {STABLE_OF[release]}
+    assert BUILDER_MANIFEST["dist"]["version"] == release
+    assert BUILDER_MANIFEST["dist"]["name"] == "otelcol-fr-otel"
+    ocb = (ROOT / "tools" / "ocb" / "go.mod").read_text()
+    assert re.search(rf"go\.opentelemetry\.io/collector/cmd/builder v{re.escape(release)}\b", ocb)
+    # replaces pin transitive modules only, never a component
+    for line in BUILDER_MANIFEST.get("replaces") or []:
+        target = line.split("=>")[0].strip()
+        assert target.startswith("github.com/aws/aws-sdk-go-v2/"), line
+
+
+def test_compose_runs_the_releases_the_tests_build() -> None:
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    assert compose["services"]["collector"]["image"] == COMPONENTS["image"]
+    jaeger_mod = (ROOT / "tools" / "jaeger" / "go.mod").read_text()
+    version = re.search(r"github\.com/jaegertracing/jaeger v(\S+)", jaeger_mod)
+    assert version, "tools/jaeger/go.mod does not pin github.com/jaegertracing/jaeger"
+    image = f"jaegertracing/jaeger:{JAEGER_IMAGE_OF['v' + version[1]]}"
+    assert compose["services"]["jaeger"]["image"] == image

@@ -24,6 +24,7 @@ import yaml
 from fr_otel.archive.rows import write_rows
 from fr_otel.otel import model
 from fr_otel.schema import RECORD_SCHEMA
+from tests.collector_configs import with_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -550,7 +551,9 @@ def test_tempo_and_prometheus_configs() -> None:
 def _collector_local() -> dict[str, Any]:
     if not COLLECTOR_LOCAL.exists():
         pytest.skip("collector-config/local.yaml is not there yet")
-    return yaml.safe_load(COLLECTOR_LOCAL.read_text())
+    # as the Collector reads it with no variable set: each ${env:VAR:-default} its default
+    loaded: dict[str, Any] = with_defaults(yaml.safe_load(COLLECTOR_LOCAL.read_text()))
+    return loaded
 
 
 def _components(config: dict[str, Any], section: str, kind: str) -> list[dict[str, Any]]:
