@@ -14,37 +14,52 @@ import click
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from fr_otel.errors import ArchiveError
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
+from fr_otel.report.words import outline, ranks_words
 from fr_otel.report.words import where as _where
 
 if TYPE_CHECKING:
     from fr_otel.analysis import Analysis, Finding
+
+TEXT_RANKS = 32
+"""Ranks a text finding lists by number (the JSON lists them all)."""
 
 
 def _frame_line(frame: dict[str, Any]) -> str:
     return f"{frame.get('name')} at {frame.get('filename')}:{frame.get('line')}"
 
 
-def _stacks(finding: Finding, out: TextIO) -> None:
+def _stacks(finding: Finding, out: TextIO, indent: str = "") -> None:
+    head, line = indent + "      ", indent + "        "
     culprit_frames = finding.frames.get("culprit") or {}
     for rank, frames in sorted(culprit_frames.items(), key=lambda kv: int(kv[0]))[:2]:
         if frames:
-            out.write(f"      stack of rank {rank} (innermost first):\n")
+            out.write(f"{head}stack of rank {rank} (innermost first):\n")
             for frame in frames[:8]:
-                out.write(f"        {_frame_line(frame)}\n")
+                out.write(f"{line}{_frame_line(frame)}\n")
     majority = finding.frames.get("majority")
     if majority:
-        out.write(f"      stack of rank {finding.frames.get('majority_rank')} (majority):\n")
+        out.write(f"{head}stack of rank {finding.frames.get('majority_rank')} (majority):\n")
         for frame in majority[:8]:
-            out.write(f"        {_frame_line(frame)}\n")
+            out.write(f"{line}{_frame_line(frame)}\n")
     for side in finding.frames.get("sides", []):
         if side.get("frames"):
-            out.write(f"      stack of ranks {side['ranks']}:\n")
+            out.write(f"{head}stack of ranks {side['ranks']}:\n")
             for frame in side["frames"][:8]:
-                out.write(f"        {_frame_line(frame)}\n")
+                out.write(f"{line}{_frame_line(frame)}\n")
+
+
+def _tag(analysis: Analysis, index: int) -> str:
+    finding = analysis.findings[index]
+    if index == analysis.root_cause:
+        return "root cause"
+    if finding.consequence_of is not None:
+        return f"consequence of [{finding.consequence_of}]"
+    return "independent"
 
 
 def render_text(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> None:
-    """Root cause first, in a few lines; then every finding."""
+    """Root cause first, in a few lines; then every finding, each cause followed by the
+    findings it explains, indented under it."""
     dumped = f"{len(analysis.ranks)} rank dumps"
     if analysis.world_size:
         dumped += f" of {analysis.world_size}"
@@ -66,24 +81,17 @@ def render_text(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> No
         f"\n{header}; {len(analysis.findings)} finding(s), {consequences} of them consequences"
         " of an earlier one\n\n"
     )
-    for index, finding in enumerate(analysis.findings):
-        tag = (
-            "root cause"
-            if index == analysis.root_cause
-            else (
-                f"consequence of [{finding.consequence_of}]"
-                if finding.consequence_of is not None
-                else "independent"
-            )
-        )
-        culprits = ", ".join(map(str, finding.culprit_ranks)) or "none"
-        out.write(f"[{index}] {finding.kind} ({tag}); culprit ranks: {culprits}\n")
-        out.write(f"    {finding.summary}\n")
+    for index, depth in outline(analysis):
+        finding = analysis.findings[index]
+        indent = "    " * depth
+        who = ranks_words(finding, limit=TEXT_RANKS)
+        out.write(f"{indent}[{index}] {finding.kind} ({_tag(analysis, index)}); {who}\n")
+        out.write(f"{indent}    {finding.summary}\n")
         where = _where(finding)
         if where:
-            out.write(f"    {where}\n")
+            out.write(f"{indent}    {where}\n")
         if verbose or index == analysis.root_cause:
-            _stacks(finding, out)
+            _stacks(finding, out, indent)
 
 
 def render_json(analysis: Analysis, out: TextIO) -> None:

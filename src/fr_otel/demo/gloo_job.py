@@ -146,7 +146,7 @@ def run_scenario(
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, not {timeout_s}")
     if importlib.util.find_spec("torch") is None:
-        raise RuntimeError("the gloo demo needs torch: pip install 'fr-otel[torch]'")
+        raise RuntimeError(f"the gloo demo needs torch: {fr_otel.TORCH_EXTRA_HINT}")
     if not hasattr(signal, "SIGSTOP"):
         raise RuntimeError("the gloo demo needs a POSIX system (it freezes ranks with SIGSTOP)")
 

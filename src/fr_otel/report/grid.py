@@ -148,8 +148,10 @@ class Grid:
     name."""
     findings: list[dict[str, Any]] = field(default_factory=list)
     """Per finding of the analysis, where it shows: ``col`` (its collective's column, or
-    None), ``rows`` (its culprits' rows in its group) and ``marks`` ([row, col] pairs of
-    the cells it is about, entries or the gaps where they are missing)."""
+    None), ``rows`` (its culprits' rows in its group, or in its replicas), ``marks``
+    ([row, col] pairs of the cells it is about, entries or the gaps where they are
+    missing), and ``waiting_rows`` / ``waiting_marks``, the same for its waiting ranks (not
+    at fault: drawn in a style of their own, never as culprits)."""
 
 
 def _ordered_columns(rows: list[tuple[Any, ...]]) -> list[Column]:
@@ -186,18 +188,23 @@ def _window(columns: list[Column], limit: int, focus: int | None) -> tuple[int, 
 
 
 def _sample_ranks(ranks: list[int], analysis: Analysis, limit: int) -> tuple[list[int], int | None]:
-    """At most ``limit`` of ``ranks``: those the findings name (culprits, the rank left
-    waiting, the majority's example) first, then every n-th. Returns them and n (None
-    when every rank fits)."""
+    """At most ``limit`` of ``ranks``: those the findings name first (culprits, the rank
+    left waiting, the majority's example; then waiting ranks, up to half the room left),
+    then every n-th. Returns them and n (None when every rank fits)."""
     if len(ranks) <= limit:
         return ranks, None
+    present = set(ranks)
     named: set[int] = set()
+    waiting: set[int] = set()
     for finding in analysis.findings:
         named.update(finding.culprit_ranks)
+        waiting.update(finding.waiting_ranks)
         for value in (finding.evidence.get("waiting_rank"), finding.frames.get("majority_rank")):
             if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
                 named.add(int(value))
-    keep = sorted(named & set(ranks))[:limit]
+    keep = sorted(named & present)[:limit]
+    extra = sorted((waiting & present) - set(keep))
+    keep += extra[: (limit - len(keep)) // 2]
     room = limit - len(keep)
     step = -(-len(ranks) // room) if room > 0 else len(ranks)
     sample = ranks[::step][:room] if room > 0 else []
@@ -445,6 +452,18 @@ def _add_otlp_ids(
     return traces
 
 
+def _finding_groups(finding: Finding) -> list[str]:
+    """The names of the groups a finding is about: its own, then its replicas' (one
+    finding for the same fault in replicas of one group, ``evidence.replicas``)."""
+    names = [finding.group.name]
+    for replica in finding.evidence.get("replicas") or []:
+        group = replica.get("process_group") if isinstance(replica, dict) else None
+        name = group.get("name") if isinstance(group, dict) else None
+        if isinstance(name, str) and name not in names:
+            names.append(name)
+    return names
+
+
 def _locate_findings(
     connection: duckdb.DuckDBPyConnection,
     analysis: Analysis,
@@ -458,9 +477,18 @@ def _locate_findings(
     located = []
     for finding in analysis.findings:
         name = finding.group.name
+        names = _finding_groups(finding)
+
+        def rows_of(ranks: list[int], names: list[str] = names) -> list[int]:
+            # each rank's row in the first of the finding's groups it is a member of
+            found = (next((row_of[(r, n)] for n in names if (r, n) in row_of), None) for r in ranks)
+            return [row for row in found if row is not None]
+
         col = _collective_column(column_of, finding)
-        culprit_rows = [row_of[(r, name)] for r in finding.culprit_ranks if (r, name) in row_of]
+        culprit_rows = rows_of(sorted(finding.culprit_ranks))
+        waiting_rows = rows_of(sorted(set(finding.waiting_ranks) - set(finding.culprit_ranks)))
         marks = [[row, col] for row in culprit_rows] if col is not None else []
+        waiting_marks = [[row, col] for row in waiting_rows] if col is not None else []
         waiting = finding.evidence.get("waiting_rank")
         p2p_seq = finding.evidence.get("p2p_seq_id")
         if finding.kind == "p2p_unmatched" and waiting is not None and p2p_seq is not None:
@@ -473,5 +501,13 @@ def _locate_findings(
             if found is not None and (int(waiting), name) in row_of:
                 col = int(found[0])
                 marks.append([row_of[(int(waiting), name)], col])
-        located.append({"col": col, "rows": culprit_rows, "marks": marks})
+        located.append(
+            {
+                "col": col,
+                "rows": culprit_rows,
+                "marks": marks,
+                "waiting_rows": waiting_rows,
+                "waiting_marks": waiting_marks,
+            }
+        )
     return located

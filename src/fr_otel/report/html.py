@@ -18,7 +18,7 @@ from fr_otel import __version__
 from fr_otel.analysis import Analysis, Finding
 from fr_otel.report.build import IncidentReport
 from fr_otel.report.grid import STATES, Grid
-from fr_otel.report.words import code_locations
+from fr_otel.report.words import code_locations, listed, outline
 
 _MARKER = re.compile(r"__(TITLE|STYLE|VERDICT|FINDINGS|DATA|SCRIPT|VERSION)__")
 
@@ -44,9 +44,12 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _ranks_text(ranks: list[int], limit: int = 16) -> str:
-    shown = ", ".join(map(str, ranks[:limit]))
-    return shown + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")
+_RANKS_SHOWN = 16
+"""Ranks a list on the page names by number (the data the grid reads has them all)."""
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return listed(ranks, _RANKS_SHOWN)
 
 
 def _group_text(finding: Finding) -> str:
@@ -87,8 +90,15 @@ def _verdict(analysis: Analysis) -> str:
             if root.culprit_ranks
             else "none named",
         ),
-        ("Process group", _e(_group_text(root))),
     ]
+    if root.waiting_ranks:
+        facts.append(
+            (
+                "Waiting (not at fault)",
+                f'<span class="waiting">{_e(_ranks_text(root.waiting_ranks))}</span>',
+            )
+        )
+    facts.append(("Process group", _e(_group_text(root))))
     if root.collective_seq_id is not None:
         facts.append(
             (
@@ -116,22 +126,30 @@ def _findings(analysis: Analysis) -> str:
     if not analysis.findings:
         return ""
     # numbered by their "[index]" alone, which "consequence of [index]" refers to: not a
-    # numbered list too ("0. [0]")
+    # numbered list too ("0. [0]"); each cause followed by the findings it explains,
+    # indented under it
     items = []
-    for index, finding in enumerate(analysis.findings):
+    for index, depth in outline(analysis):
+        finding = analysis.findings[index]
         if index == analysis.root_cause:
             tag = "root cause"
         elif finding.consequence_of is not None:
             tag = f"consequence of [{finding.consequence_of}]"
         else:
             tag = "independent"
-        culprits = _ranks_text(sorted(finding.culprit_ranks)) or "none"
-        waiting = _ranks_text(sorted(finding.waiting_ranks))
-        culprits += f"; waiting (not at fault): {waiting}" if waiting else ""
+        # as ranks_words says it, the waiting ranks in their own colour (never the red)
+        culprits = f"culprit ranks: {_ranks_text(finding.culprit_ranks) or 'none'}"
+        waiting = (
+            f'<span class="waiting-list">; waiting (not at fault):'
+            f" {_e(_ranks_text(finding.waiting_ranks))}</span>"
+            if finding.waiting_ranks
+            else ""
+        )
         items.append(
-            f'<li><a href="#grid-panel" class="finding" data-finding="{index}">'
+            f'<li class="depth-{depth}">'
+            f'<a href="#grid-panel" class="finding" data-finding="{index}">'
             f"[{index}] <b>{_e(finding.kind)}</b> <i>({_e(tag)})</i>: {_e(finding.summary)}"
-            f' <span class="culprit-list">culprit ranks: {_e(culprits)}</span></a></li>'
+            f' <span class="culprit-list">{_e(culprits)}</span>{waiting}</a></li>'
         )
     return (
         '<section id="findings"><h2>Findings</h2><p class="hint">Select one to show its cells'

@@ -35,16 +35,21 @@ def where(finding: Finding) -> str | None:
     return "; ".join(parts) or None
 
 
-def _listed(ranks: list[int]) -> str:
-    return ", ".join(map(str, sorted(ranks)))
+def listed(ranks: list[int], limit: int | None = None) -> str:
+    """'0, 8, 16' (sorted); past ``limit`` ranks, '0, 8, 16 and 40 more'."""
+    ordered = sorted(ranks)
+    if limit is None or len(ordered) <= limit:
+        return ", ".join(map(str, ordered))
+    return ", ".join(map(str, ordered[:limit])) + f" and {len(ordered) - limit} more"
 
 
-def ranks_words(finding: Finding) -> str:
+def ranks_words(finding: Finding, *, limit: int | None = None) -> str:
     """'culprit ranks: 32; waiting (not at fault): 0, 8, 16': who is to blame for a
-    finding, and who it names only because they wait behind its cause."""
-    words = f"culprit ranks: {_listed(finding.culprit_ranks) or 'none'}"
+    finding, and who it names only because they wait behind its cause. ``limit``: list at
+    most that many ranks of each kind, then say how many more."""
+    words = f"culprit ranks: {listed(finding.culprit_ranks, limit) or 'none'}"
     if finding.waiting_ranks:
-        words += f"; waiting (not at fault): {_listed(finding.waiting_ranks)}"
+        words += f"; waiting (not at fault): {listed(finding.waiting_ranks, limit)}"
     return words
 
 

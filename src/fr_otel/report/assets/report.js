@@ -149,56 +149,68 @@
   }
   // Row labels are laid out, never stacked: a label is LINE_H tall, and a row gets one
   // only where it overlaps no other. The culprits' come first, one per run of culprit rows
-  // closer than a label's height (it names them all); then every n-th row's, n rows being
-  // at least a label's height, except where a culprit's label already is.
+  // closer than a label's height (it names them all); then the waiting ranks' (blocked
+  // behind the cause, not at fault), the same way, where they overlap no culprit's; then
+  // every n-th row's, n rows being at least a label's height, except where one of those is.
   const LINE_H = 14;
+  // the waiting ranks' style: amber, never the culprits' red
+  const WAIT = {mark: "#e08a00", band: "#fff1d6", text: "#8a5300"};
   function rowText(r) { return label(r) + (rows.dumped[r] ? "" : " (no dump)"); }
-  function runText(run) {
-    if (run.length === 1) return "▶ " + rowText(run[0]);
+  function runText(run, waiting) {
+    const mark = waiting ? "◇ " : "▶ ", tail = waiting ? " · waiting" : "";
+    if (run.length === 1) return mark + rowText(run[0]) + tail;
     const ranks = [...new Set(run.map(r => rows.rank[r]))];
-    if (ranks.length === 1) return `▶ rank ${ranks[0]} (${run.length} rows)`;
-    if (ranks.length <= 3) return `▶ ranks ${ranks.join(", ")}`;
-    return `▶ ranks ${ranks[0]} … ${ranks[ranks.length - 1]} (${run.length} rows)`;
+    if (ranks.length === 1) return `${mark}rank ${ranks[0]} (${run.length} rows)${tail}`;
+    if (ranks.length <= 3) return `${mark}ranks ${ranks.join(", ")}${tail}`;
+    return `${mark}ranks ${ranks[0]} … ${ranks[ranks.length - 1]} (${run.length} rows)${tail}`;
   }
-  function drawLabels(r0, r1, sy, culpritRows) {
+  function drawLabels(r0, r1, sy, culpritRows, waitingRows) {
     const drawn = [];
     const centre = vr => HEADER_H + vr * ch - sy + ch / 2;
-    const runs = [];
-    for (let vr = r0; vr < r1; vr++) {
-      const r = view.rows[vr];
-      if (!culpritRows.has(r)) continue;
-      const last = runs[runs.length - 1];
-      if (last && centre(vr) - last.y1 < LINE_H) { last.rows.push(r); last.y1 = centre(vr); }
-      else runs.push({rows: [r], y0: centre(vr), y1: centre(vr)});
+    function runsOf(marked) {
+      const runs = [];
+      for (let vr = r0; vr < r1; vr++) {
+        const r = view.rows[vr];
+        if (!marked.has(r)) continue;
+        const last = runs[runs.length - 1];
+        if (last && centre(vr) - last.y1 < LINE_H) { last.rows.push(r); last.y1 = centre(vr); }
+        else runs.push({rows: [r], y0: centre(vr), y1: centre(vr)});
+      }
+      // runs' centres: at least a label apart, as a run ends a label's height before the next
+      for (const run of runs) run.y = (run.y0 + run.y1) / 2;
+      for (let k = 1; k < runs.length; k++) runs[k].y = Math.max(runs[k].y, runs[k - 1].y + LINE_H);
+      return runs;
     }
-    // runs' centres: at least a label apart, as a run ends a label's height before the next
-    for (const run of runs) run.y = (run.y0 + run.y1) / 2;
-    for (let k = 1; k < runs.length; k++) runs[k].y = Math.max(runs[k].y, runs[k - 1].y + LINE_H);
+    const runs = runsOf(culpritRows);
+    const waitRuns = runsOf(waitingRows).filter(w => !runs.some(run => Math.abs(run.y - w.y) < LINE_H));
+    const taken = [...runs, ...waitRuns];
     ctx.textBaseline = "middle";
     ctx.font = "11px system-ui, sans-serif";
     ctx.fillStyle = "#333";
     const every = Math.ceil(LINE_H / ch);
     for (let vr = r0 - (r0 % every); vr < r1; vr += every) {
       const r = view.rows[vr];
-      if (r === undefined || culpritRows.has(r)) continue;
+      if (r === undefined || culpritRows.has(r) || waitingRows.has(r)) continue;
       const y = centre(vr);
-      if (runs.some(run => Math.abs(run.y - y) < LINE_H)) continue;
+      if (taken.some(run => Math.abs(run.y - y) < LINE_H)) continue;
       const text = rowText(r);
       ctx.fillText(text, 6, y, LABEL_W - 18);
       const ink = ctx.measureText(text);
       drawn.push({text, y, top: y - ink.actualBoundingBoxAscent, bottom: y + ink.actualBoundingBoxDescent,
-        culprit: false, ranks: [rows.rank[r]]});
+        culprit: false, waiting: false, ranks: [rows.rank[r]]});
     }
-    // the culprits' last, on a band of their own
+    // the waiting ranks' and the culprits' last, on bands of their own
     ctx.font = "bold 11px system-ui, sans-serif";
-    for (const run of runs) {
-      const text = runText(run.rows);
-      ctx.fillStyle = "#fde8e8";
-      ctx.fillRect(0, run.y - LINE_H / 2, LABEL_W - 7, LINE_H);
-      ctx.fillStyle = "#d62728";
-      ctx.fillText(text, 6, run.y, LABEL_W - 18);
-      drawn.push({text, y: run.y, top: run.y - LINE_H / 2, bottom: run.y + LINE_H / 2,
-        culprit: true, ranks: [...new Set(run.rows.map(r => rows.rank[r]))]});
+    for (const [list, waiting] of [[waitRuns, true], [runs, false]]) {
+      for (const run of list) {
+        const text = runText(run.rows, waiting);
+        ctx.fillStyle = waiting ? WAIT.band : "#fde8e8";
+        ctx.fillRect(0, run.y - LINE_H / 2, LABEL_W - 7, LINE_H);
+        ctx.fillStyle = waiting ? WAIT.text : "#d62728";
+        ctx.fillText(text, 6, run.y, LABEL_W - 18);
+        drawn.push({text, y: run.y, top: run.y - LINE_H / 2, bottom: run.y + LINE_H / 2,
+          culprit: !waiting, waiting, ranks: [...new Set(run.rows.map(r => rows.rank[r]))]});
+      }
     }
     return drawn;
   }
@@ -221,7 +233,8 @@
     const f = findingOf(finding), loc = located(finding);
     const focus = loc && loc.col !== null ? view.colPos[loc.col] : -1;
     const culpritRows = new Set(loc ? loc.rows : []);
-    const marks = [];
+    const waitingRows = new Set(loc ? loc.waiting_rows || [] : []);
+    const marks = [], waitingMarks = [];
     let drawnCells = 0;
     const gap = cw > 8 ? 1 : 0, vgap = ch > 8 ? 1 : 0;
     for (let vr = r0; vr < r1; vr++) {
@@ -266,8 +279,8 @@
     for (let vr = r0; vr < r1; vr++) {
       const r = view.rows[vr];
       const y = HEADER_H + vr * ch - sy;
-      if (culpritRows.has(r)) {
-        ctx.fillStyle = "#d62728";
+      if (culpritRows.has(r) || waitingRows.has(r)) {
+        ctx.fillStyle = culpritRows.has(r) ? "#d62728" : WAIT.mark;
         ctx.fillRect(LABEL_W - 6, y, 5, Math.max(ch - vgap, 2));
       }
       if (!rows.dumped[r]) {
@@ -275,7 +288,7 @@
         ctx.fillRect(LABEL_W - 12, y, 5, Math.max(ch - vgap, 2));
       }
     }
-    const labels = drawLabels(r0, r1, sy, culpritRows);
+    const labels = drawLabels(r0, r1, sy, culpritRows, waitingRows);
     // column header: group band, sequence numbers, the divergence marker
     ctx.fillStyle = "#f6f6f8";
     ctx.fillRect(0, 0, W, HEADER_H);
@@ -302,17 +315,22 @@
     ctx.beginPath();
     ctx.rect(LABEL_W - 3, HEADER_H - 3, W, H);
     ctx.clip();
-    // the selected finding's cells (or the gaps where they are missing): a thick outline
+    // the selected finding's cells (or the gaps where they are missing): a thick outline,
+    // red for the culprits', amber for those of ranks that only wait behind the cause
+    // (drawn first: a culprit's outline is never covered)
     if (loc) {
-      for (const [row, col] of loc.marks) {
-        const vr = view.rowPos[row], vc = view.colPos[col];
-        if (vr < 0 || vc < 0) continue;
-        marks.push({row, col, rank: rows.rank[row], group: G.groups[rows.group[row]].name,
-          column: cols.p2p[col] ? "p2p" : cols.seq[col]});
-        if (vr < r0 || vr >= r1 || vc < c0 || vc >= c1) continue;
-        ctx.strokeStyle = "#d62728";
-        ctx.lineWidth = 3;
-        ctx.strokeRect(LABEL_W + vc * cw - sx - 1, HEADER_H + vr * ch - sy - 1, cw + 1, ch + 1);
+      for (const [list, found, colour] of [[loc.waiting_marks || [], waitingMarks, WAIT.mark],
+        [loc.marks, marks, "#d62728"]]) {
+        for (const [row, col] of list) {
+          const vr = view.rowPos[row], vc = view.colPos[col];
+          if (vr < 0 || vc < 0) continue;
+          found.push({row, col, rank: rows.rank[row], group: G.groups[rows.group[row]].name,
+            column: cols.p2p[col] ? "p2p" : cols.seq[col]});
+          if (vr < r0 || vr >= r1 || vc < c0 || vc >= c1) continue;
+          ctx.strokeStyle = colour;
+          ctx.lineWidth = 3;
+          ctx.strokeRect(LABEL_W + vc * cw - sx - 1, HEADER_H + vr * ch - sy - 1, cw + 1, ch + 1);
+        }
       }
     }
     // the first divergence: a line down the grid, left of its column
@@ -341,6 +359,7 @@
     ctx.fillText("schedule order →", 6, 32);
     frame = {view: view.id, rows: nr, cols: nc, header, drawnCells, focusColumn: focus, culpritMarks: marks,
       culpritRows: [...culpritRows].filter(r => view.rowPos[r] >= 0).map(r => rows.rank[r]),
+      waitingMarks, waitingRows: [...waitingRows].filter(r => view.rowPos[r] >= 0).map(r => rows.rank[r]),
       divergenceLine: focus >= 0, finding: f ? finding : null, rowHeight: ch, columnWidth: cw,
       // the columns on screen, wholly or in part (view indexes)
       firstColumn: Math.min(nc - 1, Math.floor(sx / cw)),
@@ -494,7 +513,8 @@
   function reveal() {
     const loc = located(finding);
     const vc = loc && loc.col !== null ? view.colPos[loc.col] : -1;
-    const candidates = loc ? [...loc.marks.map(m => m[0]), ...loc.rows] : [];
+    const candidates = loc ? [...loc.marks.map(m => m[0]), ...loc.rows,
+      ...(loc.waiting_marks || []).map(m => m[0]), ...(loc.waiting_rows || [])] : [];
     const row = candidates.find(r => view.rowPos[r] >= 0);
     const vr = row === undefined ? -1 : view.rowPos[row];
     scrollTo(vr, vc);
@@ -538,6 +558,16 @@
     sw.style.background = colour || "linear-gradient(135deg, #9ab 50%, #222 50%)";
     if (name === "nodump") sw.style.background = `linear-gradient(45deg, ${colour} 45%, #fff 45% 55%, ${colour} 55%)`;
     if (name === "missing") sw.style.borderColor = "#d62728";
+    item.append(sw, text);
+    legend.append(item);
+  }
+  // the selected finding's outlines: who is at fault, who only waits behind the cause
+  for (const [name, colour, text] of [["culprit", "#d62728", "culprit (at fault)"],
+    ["waiting", WAIT.mark, "waiting (not at fault)"]]) {
+    const item = el("span", undefined, "outline-" + name);
+    const sw = el("span", undefined, "swatch");
+    sw.style.background = "#fff";
+    sw.style.border = `2px solid ${colour}`;
     item.append(sw, text);
     legend.append(item);
   }
