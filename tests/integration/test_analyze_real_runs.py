@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,25 +19,13 @@ import pytest
 
 from fr_otel.analysis import analyze
 from fr_otel.cli import main
-from fr_otel.demo.recorded_job import free_port, run_recorded
+from fr_otel.demo.recorded_job import run_recorded
+from tests.jobs import torchrun
 
 pytestmark = pytest.mark.gloo
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ROOT / "tests" / "workloads"
-
-
-def _torchrun(script: Path, ranks: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(ranks),
-        "--master-port",
-        str(free_port()),
-        str(script),
-    ]
 
 
 def _subgroups_skip(out: Path) -> Path:
@@ -53,7 +40,7 @@ def _subgroups_skip(out: Path) -> Path:
         "OMP_NUM_THREADS": "1",
     }
     result = subprocess.run(
-        _torchrun(WORKLOADS / "subgroups.py", 4),
+        torchrun(WORKLOADS / "subgroups.py", 4),
         env=env,
         capture_output=True,
         text=True,
@@ -101,7 +88,7 @@ def compiled_skip(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 "--archive",
                 str(archive),
                 "--",
-                *_torchrun(WORKLOADS / "compiled.py", 2),
+                *torchrun(WORKLOADS / "compiled.py", 2),
             ]
         )
     finally:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.analysis import analyze
-from fr_otel.demo.recorded_job import free_port
+from tests.jobs import torchrun
 
 pytestmark = pytest.mark.gloo
 
@@ -57,19 +57,6 @@ print("rank", rank, "finished")
 RANKS = 3
 
 
-def _command(script: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(RANKS),
-        "--master-port",
-        str(free_port()),
-        str(script),
-    ]
-
-
 def _environment(archive: Path, job: str, **extra: str) -> dict[str, str]:
     env = {
         key: value
@@ -99,7 +86,9 @@ def test_a_rank_killed_by_sigkill_is_archived_and_named_without_the_launcher(
     script.write_text(_TRAIN)
     archive = tmp_path / "archive"
     env = _environment(archive, "killed", KILL_STEP=str(kill_step))
-    done = subprocess.run(_command(script), env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        torchrun(script, RANKS), env=env, capture_output=True, text=True, timeout=240
+    )
     assert done.returncode != 0
     folder, ranks = _ranks_archived(archive, "killed")
     assert ranks == list(range(RANKS)), done.stderr[-3000:]
@@ -132,7 +121,7 @@ def test_sigterm_during_the_flush_leaves_the_archive_whole(tmp_path: Path) -> No
     log = tmp_path / "torchrun.log"
     try:
         with log.open("w") as err:
-            job = subprocess.Popen(_command(script), env=env, stderr=err, stdout=err)
+            job = subprocess.Popen(torchrun(script, RANKS), env=env, stderr=err, stdout=err)
             try:
                 declared = _wait_for(log, "fr_otel: incident", timeout_s=120)
                 job.send_signal(signal.SIGTERM)
@@ -175,7 +164,7 @@ def _launch(archive: Path, job: str, log: Path, **extra: str) -> subprocess.Pope
     """``fr-otel run -- torchrun`` of the DDP workload, 2 ranks, as its own process."""
     env = _environment(archive, job, OMP_NUM_THREADS="1", **extra)
     command = [sys.executable, "-m", "fr_otel", "run", "--job", job, "--archive", str(archive)]
-    command += ["--", *_command(DDP)[:4], "2", *_command(DDP)[5:]]
+    command += ["--", *torchrun(DDP, 2)]
     with log.open("w") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=out)
 

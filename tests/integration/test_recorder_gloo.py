@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -21,27 +20,15 @@ import pytest
 from fr_otel.analysis import analyze
 from fr_otel.archive.layout import partition_dir
 from fr_otel.cli import main
-from fr_otel.demo.recorded_job import SCENARIOS, free_port, run_recorded
+from fr_otel.demo.recorded_job import SCENARIOS, run_recorded
 from fr_otel.otel import model
+from tests.jobs import torchrun
 from tests.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.gloo
 
 FAULTS = [name for name in SCENARIOS if name != "healthy"]
 JOB = "rec"
-
-
-def _torchrun(script: Path, ranks: int) -> list[str]:
-    """torchrun starting ``ranks`` ranks of ``script`` on a free port."""
-    launcher = [sys.executable, "-m", "torch.distributed.run"]
-    return [
-        *launcher,
-        "--nproc-per-node",
-        str(ranks),
-        "--master-port",
-        str(free_port()),
-        str(script),
-    ]
 
 
 def _spans_by_rank(receiver: OtlpReceiver, incident: str) -> Counter[int]:
@@ -163,12 +150,12 @@ def test_unchanged_script_under_fr_otel_run_and_torchrun(
         "dist.all_reduce(x)\n"
     )
     archive = tmp_path / "archive"
-    torchrun = _torchrun(script, 3)
+    command = torchrun(script, 3)
     with OtlpReceiver(protocol="grpc").start() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci")
-        code = main(["run", "--job", "plain", "--archive", str(archive), "--", *torchrun])
+        code = main(["run", "--job", "plain", "--archive", str(archive), "--", *command])
         assert code != 0  # the job failed, and fr-otel run passes its exit code on
         [folder] = list((archive / "job=plain").glob("incident=*"))
         rows = Counter(
@@ -258,8 +245,8 @@ def test_point_to_point_and_aliases_are_recorded_once_with_their_call_site(
         "time.sleep(1)\n"
     )
     archive = tmp_path / "archive"
-    torchrun = _torchrun(script, 2)
-    assert main(["run", "--job", "p2p", "--archive", str(archive), "--", *torchrun]) == 0
+    command = torchrun(script, 2)
+    assert main(["run", "--job", "p2p", "--archive", str(archive), "--", *command]) == 0
     [folder] = list((archive / "job=p2p").glob("incident=*"))
     rows = sorted(pq.read_table(folder).to_pylist(), key=lambda r: (r["rank"], r["record_id"]))
     site = f"{script}:{{}} in <module>"

@@ -27,9 +27,9 @@ import pytest
 
 from fr_otel.analysis import analyze
 from fr_otel.cli import main
-from fr_otel.demo.recorded_job import free_port
 from fr_otel.dumps.safe_pickle import loads_plain
 from fr_otel.otel import model
+from tests.jobs import torchrun
 from tests.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.gloo
@@ -76,20 +76,6 @@ HEALTHY = [
 ]
 
 
-def _torchrun(script: Path, ranks: int) -> list[str]:
-    """torchrun starting ``ranks`` ranks of ``script`` on a free port."""
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(ranks),
-        "--master-port",
-        str(free_port()),
-        str(script),
-    ]
-
-
 def _run(
     tmp_path: Path,
     family: str,
@@ -113,7 +99,7 @@ def _run(
     os.environ.update(env)
     log = tmp_path / "run.log"
     try:
-        command = _torchrun(WORKLOADS / f"{family}.py", WORLD.get(family, 3))
+        command = torchrun(WORKLOADS / f"{family}.py", WORLD.get(family, 3))
         with log.open("w") as out:
             stderr, sys.stderr = sys.stderr, out
             try:
@@ -296,7 +282,7 @@ def test_sigusr2_on_a_ddp_rank_archives_every_rank_and_training_goes_on(
     script = tmp_path / "train.py"
     script.write_text(_SIGNALLED_DDP)
     archive = tmp_path / "archive"
-    command = _torchrun(script, 3)
+    command = torchrun(script, 3)
     code = main(["run", "--job", "sig", "--archive", str(archive), "--", *command])
     assert code == 0
     [folder] = list((archive / "job=sig").glob("incident=*"))
@@ -334,7 +320,7 @@ def test_a_ddp_rank_killed_by_sigabrt_leaves_a_ring_with_its_cpp_collectives(
     script = tmp_path / "train.py"
     script.write_text(_ABORTED_DDP)
     archive = tmp_path / "archive"
-    command = _torchrun(script, 3)
+    command = torchrun(script, 3)
     code = main(["run", "--job", "abrt", "--archive", str(archive), "--", *command])
     assert code != 0
     [folder] = list((archive / "job=abrt").glob("incident=*"))
@@ -371,7 +357,7 @@ def test_install_in_the_script_records_a_ddp_hang_without_fr_otel_run(tmp_path: 
         "FR_OTEL_JOB": "inscript",
         "OMP_NUM_THREADS": "1",
     }
-    command = _torchrun(script, 3)
+    command = torchrun(script, 3)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode != 0
     [folder] = list((archive / "job=inscript").glob("incident=*"))

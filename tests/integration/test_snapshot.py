@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,8 +13,8 @@ import pytest
 
 from fr_otel import config
 from fr_otel.cli import main
-from fr_otel.demo.recorded_job import free_port
 from fr_otel.recorder.snapshot import live_runs
+from tests.jobs import torchrun
 
 pytestmark = pytest.mark.gloo
 
@@ -46,9 +45,9 @@ def test_a_snapshot_of_a_running_job_archives_every_rank_and_training_goes_on(
     archive = tmp_path / "archive"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FR_OTEL_", "OTEL_"))}
     env.update(FR_OTEL_ARCHIVE=str(archive), FR_OTEL_JOB="snap", OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3"]
-    command += ["--master-port", str(free_port()), str(script)]
-    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    job = subprocess.Popen(
+        torchrun(script, 3), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     lines: list[bytes] = []
     try:
         assert job.stdout is not None

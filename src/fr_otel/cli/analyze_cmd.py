@@ -165,7 +165,25 @@ def analyze_(
             return EXIT_BAD_INPUT
         if rings is not True:
             path, job, incident = rings, None, None  # a temporary archive of exactly these
-        return _analyze(path, job, incident, fmt, output, stacks, columns, max_ranks, trace_url)
+        if fmt == "html":
+            return _html(path, job, incident, output, columns, max_ranks, trace_url)
+        from fr_otel.analysis import analyze
+        from fr_otel.analysis.source import reading_damaged_files
+
+        analysis = reading_damaged_files(lambda: analyze(path, job=job, incident=incident))
+        _report_problems(analysis)
+        if output is not None:
+            with output.open("w") as handle:
+                (
+                    render_json(analysis, handle)
+                    if fmt == "json"
+                    else render_text(analysis, handle, verbose=stacks)
+                )
+        elif fmt == "json":
+            render_json(analysis, sys.stdout)
+        else:
+            render_text(analysis, sys.stdout, verbose=stacks)
+        return EXIT_OK if analysis.healthy else EXIT_FINDINGS
 
 
 def _rings_as_archive(
@@ -194,38 +212,6 @@ def _rings_as_archive(
         )
         return False
     return archive
-
-
-def _analyze(
-    path: Path,
-    job: str | None,
-    incident: str | None,
-    fmt: str,
-    output: Path | None,
-    stacks: bool,
-    columns: int,
-    max_ranks: int,
-    trace_url: str | None,
-) -> int:
-    if fmt == "html":
-        return _html(path, job, incident, output, columns, max_ranks, trace_url)
-    from fr_otel.analysis import analyze
-    from fr_otel.analysis.source import reading_damaged_files
-
-    analysis = reading_damaged_files(lambda: analyze(path, job=job, incident=incident))
-    _report_problems(analysis)
-    if output is not None:
-        with output.open("w") as handle:
-            (
-                render_json(analysis, handle)
-                if fmt == "json"
-                else render_text(analysis, handle, verbose=stacks)
-            )
-    elif fmt == "json":
-        render_json(analysis, sys.stdout)
-    else:
-        render_text(analysis, sys.stdout, verbose=stacks)
-    return EXIT_OK if analysis.healthy else EXIT_FINDINGS
 
 
 def _report_problems(analysis: Analysis) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fr_otel.config import RecorderSettings
@@ -63,7 +63,7 @@ def request_snapshot(settings: RecorderSettings, wait_s: float = 30.0) -> Snapsh
             f" --run: {', '.join(sorted(r or '(no run id)' for r in runs))}"
         )
     [(run_id, bases)] = runs.items()
-    settings = _with_run(settings, run_id)
+    settings = replace(settings, run_id=run_id)
     before = set(known_incidents(settings))
     for base in bases:
         trigger = base.with_suffix(".trigger")
@@ -96,9 +96,3 @@ def _poke(trigger: Path) -> bool:
     finally:
         os.close(fd)
     return True
-
-
-def _with_run(settings: RecorderSettings, run_id: str | None) -> RecorderSettings:
-    from dataclasses import replace
-
-    return replace(settings, run_id=run_id)
