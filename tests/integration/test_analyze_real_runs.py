@@ -57,9 +57,14 @@ def test_a_cross_group_wait_cycle_gives_one_answer_run_after_run(tmp_path: Path)
     for run in range(3):
         analysis = analyze(_subgroups_skip(tmp_path / f"run{run}"))
         root = analysis.findings[analysis.root_cause or 0]
-        assert (root.kind, root.culprit_ranks, root.group.ranks) == ("missing_rank", [3], (1, 3))
-        # decided by evidence: the other pair issued its pair all_reduce first
-        assert [b["basis"] for b in root.evidence["came_before"]] == ["replicas"]
+        # decided by evidence: rank 3 went on with what followed its pair all_reduce in the
+        # step before (the loss all_reduce) instead of issuing it
+        assert (root.kind, root.culprit_ranks, root.group.ranks) == (
+            "skipped_collective",
+            [3],
+            (1, 3),
+        )
+        assert root.evidence["went_to"]["op"] == "all_reduce"
         verdicts.append(
             [
                 (f.kind, f.group.ranks, f.culprit_ranks, f.waiting_ranks, f.consequence_of)

@@ -83,6 +83,16 @@ def test_one_fault_is_one_root_and_one_finding_per_consequence(tmp_path: Path, f
 def _subgroups(tmp_path: Path, *, drop_replica_pair: bool) -> Path:
     folder = tmp_path / "subgroups"
     shutil.copytree(DATA / "workload_subgroups_skip", folder)
+    # rank 3's buffer wrapped: it begins one op before its last pair all_reduce, so its own
+    # history (what it issued between its pair all_reduces a step earlier) no longer shows
+    # the skip; only the order of the two waits can name it
+    path = folder / "comm_lib_trace_rank_3"
+    dump = pickle.loads(path.read_bytes())
+    last_pair = max(
+        i for i, e in enumerate(dump["entries"]) if e["process_group"][1] != "default_pg"
+    )
+    dump["entries"] = dump["entries"][last_pair - 1 :]
+    path.write_bytes(pickle.dumps(dump))
     if drop_replica_pair:
         # ranks 0 and 2 keep only their default-group entries: nobody in the same role
         # shows any more which of the two waits came first
@@ -105,6 +115,37 @@ def test_a_cross_group_wait_cycle_is_resolved_by_the_replica_pair(tmp_path: Path
     assert before["basis"] == "replicas" and before["ranks"] == [1]
     assert (consequence.kind, consequence.culprit_ranks) == ("missing_rank", [])
     assert consequence.waiting_ranks == [1] and consequence.consequence_of == 0
+
+
+def test_a_skip_across_groups_is_told_by_the_skipping_rank_own_history() -> None:
+    # the same incident with rank 3's whole buffer: after its last pair all_reduce it
+    # issued the loss and gradient all_reduces it had issued between its pair all_reduces
+    # a step earlier, then the loss all_reduce again instead of the pair one
+    analysis = analyze(DATA / "workload_subgroups_skip")
+    root, consequence = analysis.findings
+    assert (root.kind, root.culprit_ranks, root.group.ranks) == ("skipped_collective", [3], (1, 3))
+    assert root.evidence["went_to"]["op"] == "all_reduce"
+    assert root.evidence["went_to"]["input_sizes"] == [[1]]  # the loss all_reduce
+    assert (consequence.kind, consequence.culprit_ranks) == ("missing_rank", [])
+    assert consequence.waiting_ranks == [1] and consequence.consequence_of == 0
+
+
+def test_a_rank_stopped_after_the_same_stretch_did_not_skip(tmp_path: Path) -> None:
+    # rank 3 cut right after the stretch that precedes its pair all_reduce: stuck before the
+    # collective, not past it; no skip is claimed
+    folder = tmp_path / "stopped"
+    shutil.copytree(DATA / "workload_subgroups_skip", folder)
+    path = folder / "comm_lib_trace_rank_3"
+    dump = pickle.loads(path.read_bytes())
+    last_pair = max(
+        i for i, e in enumerate(dump["entries"]) if e["process_group"][1] != "default_pg"
+    )
+    dump["entries"] = dump["entries"][: last_pair + 3]
+    path.write_bytes(pickle.dumps(dump))
+    analysis = analyze(folder)
+    assert all(f.kind != "skipped_collective" for f in analysis.findings), [
+        f.summary for f in analysis.findings
+    ]
 
 
 def test_a_wait_cycle_no_evidence_orders_is_ambiguous(tmp_path: Path) -> None:

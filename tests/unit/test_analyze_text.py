@@ -29,8 +29,8 @@ def test_a_consequence_shows_its_waiting_ranks_under_its_cause(
     # default_pg's next collective: a consequence with no culprit, rank 1 waiting
     assert main(["analyze", str(DATA / "workload_subgroups_skip")]) == 1
     lines = _finding_lines(capsys.readouterr().out)
-    assert lines[0] == "[0] missing_rank (root cause); culprit ranks: 3"
-    assert lines[1].startswith("    rank 3 never issued all_reduce")
+    assert lines[0] == "[0] skipped_collective (root cause); culprit ranks: 3"
+    assert lines[1].startswith("    rank 3 skipped all_reduce")
     consequence = next(i for i, line in enumerate(lines) if "[1]" in line)
     assert lines[consequence] == (
         "    [1] missing_rank (consequence of [0]); culprit ranks: none; waiting (not at fault): 1"

@@ -5,7 +5,9 @@ number and found, per slot, the majority's signature and which members are absen
 module looks only at the divergent slots and classifies each deviating rank once, at its
 first divergence in the group:
 
-- nothing at or after the slot: ``missing_rank`` (it stopped there);
+- nothing at or after the slot: ``missing_rank`` (it stopped there), unless its own ops
+  in other groups and point-to-point show it went past: it issued what had led to this
+  collective the step before, then what had followed it (``skipped_collective``);
 - its later slots equal the majority's k slots later (by op, sizes, dtypes and call
   site): ``skipped_collective``, reported once instead of the cascade the shift causes;
 - the next few slots hold the same collectives in another order: ``reordered_collectives``;
@@ -459,6 +461,71 @@ def _skip_by_history(view: GroupView, rank: int, seq: int) -> int | None:
     return None
 
 
+_OWN_RECORDS = """
+SELECT record_id, gid, p2p, seq, op, h, site, peer, time_created_ns
+FROM e
+WHERE rank = $rank AND record_id > $after AND op <> 'coalesced'
+ORDER BY record_id
+LIMIT $most
+"""
+
+
+def _skip_between_groups(view: GroupView, rank: int, seq: int, last: int) -> Slot | None:
+    """The op ``rank`` issued instead of the group's collective ``seq``, when its own
+    history shows it skipped that collective: after its collective ``last`` it issued,
+    in every group and point-to-point, exactly what it had issued between its two
+    collectives before (``last - 1`` and ``last``), and then what followed them there:
+    the next step's first op instead of this step's collective.
+
+    A pipeline stage that leaves out a step's broadcast and waits in the next step's
+    receive shows only this way: the group never sees it again, and its peer, stuck in
+    the broadcast, never posts the send it waits for, so the receive looks like the
+    peer's fault. A rank stuck in host code before the collective issued nothing after
+    the stretch, and is not a skip."""
+    here, reference = view.slots.get((last, rank)), view.majority.get(seq)
+    if view.connection is None or here is None or reference is None or seq != last + 1:
+        return None
+    if not _same(here, reference):
+        return None  # its last collective is not the one it would repeat here
+    before = view.connection.execute(
+        "SELECT first_record FROM slots WHERE gid = ? AND rank = ? AND seq = ?",
+        [view.gid, rank, last - 1],
+    ).fetchone()
+    if before is None:
+        return None
+    span = here.record_id - before[0]
+    rows = view.connection.execute(
+        _OWN_RECORDS, {"rank": rank, "after": before[0], "most": 3 * span + 2}
+    ).fetchall()
+
+    def own_slot(row: tuple[Any, ...]) -> bool:
+        return row[1] == view.gid and not row[2] and row[3] in (last - 1, last)
+
+    def shape(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (row[1], row[2], row[5], row[6], row[7])
+
+    stretch = [shape(r) for r in rows if r[0] < here.record_id and not own_slot(r)]
+    after = [r for r in rows if r[0] > here.record_id and not own_slot(r)]
+    n = len(stretch)
+    if (
+        not n
+        or len(after) <= n
+        or any(shape(r) != stretch[i % n] for i, r in enumerate(after[: 2 * n]))
+    ):
+        return None
+    record_id, _, _, _, op, h, site, _, created = after[n]
+    return Slot(
+        seq=seq,
+        rank=rank,
+        sig=h,
+        site=site,
+        ops=(op,),
+        record_id=record_id,
+        created_ns=created,
+        dsig=0,
+    )
+
+
 def _mismatch_kind(slot: Slot, reference: Slot) -> str:
     if slot.ops != reference.ops:
         return "op_type_mismatch"
@@ -581,6 +648,15 @@ def classify(view: GroupView) -> list[Finding]:
                     if skipped_at is not None:
                         at, skip = skipped_at
                         _add_skip(collector, view, at, rank, skip, view.slots[(at, rank)])
+                        explained[rank] = math.inf
+                        continue
+                    went_to = _skip_between_groups(view, rank, seq, window[1])
+                    if went_to is not None:
+                        _add_skip(collector, view, seq, rank, 1, went_to)
+                        collector.findings[("skipped_collective", seq, 1)].evidence["went_to"] = {
+                            "op": _op(went_to),
+                            "entry": _ref(went_to),
+                        }
                         explained[rank] = math.inf
                         continue
                     last = view.slots.get((window[1], rank))
@@ -740,6 +816,12 @@ def summarize(finding: Finding) -> str:
         return _missing_summary(finding, op, where)
     if kind == "skipped_collective":
         skipped = ", ".join(str(s) for s in finding.evidence.get("skipped_ops", []))
+        if finding.evidence.get("went_to"):
+            return (
+                f"{who} skipped {skipped} at {where}: it issued the ops that led to it in the"
+                f" step before, then what had followed it"
+                f" ({finding.evidence['went_to']['op']}) instead"
+            )
         if finding.evidence.get("by"):
             return (
                 f"{who} skipped {skipped} at {where} and went on: it issued what its peers"
