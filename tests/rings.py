@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from fr_otel.recorder.ring import COMPLETED, STARTED, GroupInfo, RingWriter, Signature
+from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature
+from fr_otel.recorder.slot import COMPLETED, STARTED
 
 
 def write_ring(

@@ -560,12 +560,12 @@ def _w_overhead(rep: _Report) -> None:
     for thread in threading.enumerate():
         if thread.name == "fr_otel-preload":  # imports pyarrow: not a per-call cost
             thread.join(timeout=20)
-    before = recorder._writer.next_record if recorder._writer is not None else 0
+    before = recorder.ring.next_record if recorder.ring is not None else 0
     recorded = []
     for _ in range(3):  # interleaved, so that drift of the machine hits both alike
         recorded.append(per_call_us(wrapper, calls))
         bare.append(per_call_us(original, calls))
-    after = recorder._writer.next_record if recorder._writer is not None else 0
+    after = recorder.ring.next_record if recorder.ring is not None else 0
     errors = recorder.stats.recorder_errors + recorder.capture.errors
     uninstall()
     rep.expect(dist.all_reduce is original, "uninstall() left dist.all_reduce wrapped")

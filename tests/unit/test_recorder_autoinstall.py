@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from fr_otel.recorder.launcher import BOOT_DIR, child_environment
-from fr_otel.recorder.ring import COMPLETED, read_ring, ring_base, ring_bases
+from fr_otel.recorder.ring import read_ring, ring_base, ring_bases
+from fr_otel.recorder.slot import COMPLETED
 from fr_otel.recorder.table import ring_table
 
 _OURS = ("FR_OTEL_", "TORCH_FR_", "TORCH_NCCL_", "OTEL_")

@@ -43,14 +43,14 @@ def step():
 
 for _ in range(6):
     step()
-first = recorder._writer.next_record
+first = recorder.ring.next_record
 # a new default group in the same ring: every cached group, signature and site is stale
 dist.destroy_process_group()
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 for _ in range(3):
     dist.all_reduce(x)
     helper(y)
-writer = recorder._writer
+writer = recorder.ring
 slots = writer.slots()
 contents = writer.snapshot()
 recorded = {name: getattr(getattr(dist, name), "recorded", None)
@@ -156,7 +156,7 @@ def test_what_the_compiled_wrapper_wrote(runs: tuple[dict[str, Any], ...]) -> No
 _QUEUED_JOB = """
 import json
 import torch, torch.distributed as dist, fr_otel
-from fr_otel.recorder.ring import SCHEDULED
+from fr_otel.recorder.slot import SCHEDULED
 
 recorder = fr_otel.install(mode="incident")
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -178,7 +178,7 @@ for i in range(8):  # one loop: one call site throughout
     if i == 3:
         before = declare_queued()
     step()
-slots = recorder._writer.slots()
+slots = recorder.ring.slots()
 print(json.dumps({
     "recorded": dist.all_reduce.recorded - before,
     "states": [s[9] for s in slots],

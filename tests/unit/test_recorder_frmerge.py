@@ -13,7 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from fr_otel.recorder.frmerge import fr_states, merge_gpu_state
-from fr_otel.recorder.ring import COMPLETED, SCHEDULED, GroupInfo, RingWriter, Signature
+from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature
+from fr_otel.recorder.slot import COMPLETED, SCHEDULED
 from fr_otel.recorder.table import ring_table
 from tests.conftest import fr_dump, fr_entry
 

@@ -12,15 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from fr_otel.recorder.frsource import FrMirror
-from fr_otel.recorder.ring import (
-    COMPLETED,
-    STARTED,
-    GroupInfo,
-    RingWriter,
-    Signature,
-    read_ring,
-    torch_ring_base,
-)
+from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, read_ring, torch_ring_base
+from fr_otel.recorder.slot import COMPLETED, STARTED
 
 INFO = GroupInfo(name="0", desc="default_pg", ranks=(0, 1), backend="gloo", timeout_ms=8000)
 

@@ -20,13 +20,7 @@ import pyarrow as pa
 import pytest
 
 from fr_otel.recorder.ring import (
-    COMPLETED,
-    EMPTY,
-    FAILED,
     HEADER_SIZE,
-    SCHEDULED,
-    SLOT_SIZE,
-    STARTED,
     GroupInfo,
     RingContents,
     RingFormatError,
@@ -38,6 +32,7 @@ from fr_otel.recorder.ring import (
     ring_base,
     ring_bases,
 )
+from fr_otel.recorder.slot import COMPLETED, EMPTY, FAILED, SCHEDULED, SLOT_SIZE, STARTED
 from fr_otel.recorder.table import ring_table
 from fr_otel.schema import RECORD_SCHEMA
 from fr_otel.stacks import call_site
@@ -380,9 +375,8 @@ _CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from fr_otel.recorder.ring import (
-        COMPLETED, FAILED, STARTED, GroupInfo, RingWriter, Signature, ring_base,
-    )
+    from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, ring_base
+    from fr_otel.recorder.slot import COMPLETED, FAILED, STARTED
 
     base = ring_base(Path(sys.argv[1]), "crash", 2)
     writer = RingWriter(base, capacity=16, rank=2, world=4, job="crash", backend="gloo")

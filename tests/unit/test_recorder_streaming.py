@@ -9,7 +9,8 @@ from pathlib import Path
 from fr_otel.config import RecorderSettings, otlp_settings
 from fr_otel.otel import model
 from fr_otel.otel.transport import exporter_for
-from fr_otel.recorder.ring import COMPLETED, FAILED, STARTED, GroupInfo, RingWriter, Signature
+from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature
+from fr_otel.recorder.slot import COMPLETED, FAILED, STARTED
 from fr_otel.recorder.streaming import SpanStream
 from tests.otlp_receiver import OtlpReceiver
 

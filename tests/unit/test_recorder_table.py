@@ -11,16 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from fr_otel.recorder.ring import (
-    COMPLETED,
-    FAILED,
-    SCHEDULED,
-    STARTED,
-    STATE_NAMES,
-    GroupInfo,
-    RingContents,
-    Signature,
-)
+from fr_otel.recorder.ring import GroupInfo, RingContents, Signature
+from fr_otel.recorder.slot import COMPLETED, FAILED, SCHEDULED, STARTED, STATE_NAMES
 from fr_otel.recorder.table import ring_table
 from fr_otel.schema import RECORD_SCHEMA
 from fr_otel.stacks import call_site

@@ -16,9 +16,9 @@
  * an attribute that is not what it should be) clears the error and lets the Python
  * wrapper handle the call, which records it or counts the failure.
  *
- * Slot layout (ring.py SLOT, "<qiqqiiiqqb7x", 64 bytes, little-endian):
- *   0 record id q | 8 group i | 12 seq q | 20 p2p seq q | 28 signature i | 32 site i |
- *   36 peer i | 40 created ns q | 48 done ns q | 56 state b | 57 padding
+ * Slot layout: slot.py (SLOT, 64 bytes, little-endian) defines it; the offsets and state
+ * codes below are checked against its layout() at every attach, which refuses a ring
+ * whose layout differs (the Python wrapper then records every call).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,11 +37,58 @@
 #endif
 
 #define SLOT_SIZE 64
+#define RECORD_OFFSET 0
+#define GROUP_OFFSET 8
+#define SEQ_OFFSET 12
+#define P2P_SEQ_OFFSET 20
+#define SIGNATURE_OFFSET 28
+#define SITE_OFFSET 32
+#define PEER_OFFSET 36
+#define CREATED_OFFSET 40
 #define DONE_OFFSET 48
 #define STATE_OFFSET 56
 #define SCHEDULED 1
 #define STARTED 2
 #define COMPLETED 3
+
+/* what slot.layout() must say, key for key */
+static const struct {
+    const char *key;
+    long value;
+} compiled_layout[] = {
+    {"record_offset", RECORD_OFFSET},   {"group_offset", GROUP_OFFSET},
+    {"seq_offset", SEQ_OFFSET},         {"p2p_seq_offset", P2P_SEQ_OFFSET},
+    {"signature_offset", SIGNATURE_OFFSET}, {"site_offset", SITE_OFFSET},
+    {"peer_offset", PEER_OFFSET},       {"created_ns_offset", CREATED_OFFSET},
+    {"done_ns_offset", DONE_OFFSET},    {"state_offset", STATE_OFFSET},
+    {"slot_size", SLOT_SIZE},           {"scheduled", SCHEDULED},
+    {"started", STARTED},               {"completed", COMPLETED},
+};
+#define LAYOUT_KEYS (sizeof(compiled_layout) / sizeof(compiled_layout[0]))
+
+/* NULL when `layout` (slot.layout()) is this file's; else a ValueError is set */
+static int check_layout(PyObject *layout) {
+    if (!PyDict_Check(layout)) {
+        PyErr_SetString(PyExc_TypeError, "layout must be slot.layout()'s dict");
+        return -1;
+    }
+    if (PyDict_GET_SIZE(layout) != (Py_ssize_t)LAYOUT_KEYS) {
+        PyErr_Format(PyExc_ValueError, "slot layout has %zd keys, the compiled hook knows %d",
+                     PyDict_GET_SIZE(layout), (int)LAYOUT_KEYS);
+        return -1;
+    }
+    for (size_t i = 0; i < LAYOUT_KEYS; i++) {
+        PyObject *value = PyDict_GetItemString(layout, compiled_layout[i].key);
+        long found = value != NULL && PyLong_Check(value) ? PyLong_AsLong(value) : -1;
+        if (PyErr_Occurred()) return -1;
+        if (found != compiled_layout[i].value) {
+            PyErr_Format(PyExc_ValueError, "slot layout: %s is %ld in slot.py, %ld compiled",
+                         compiled_layout[i].key, found, compiled_layout[i].value);
+            return -1;
+        }
+    }
+    return 0;
+}
 #define WAYS 4 /* entries per front cache: a loop calls one collective from a few places */
 
 /* what begin() found */
@@ -72,15 +119,16 @@ static void core_release(Core *core) {
 }
 
 static PyObject *core_attach(PyObject *op, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"map", "capacity", "header_size", "next_offset", NULL};
+    static char *names[] = {"map", "capacity", "header_size", "next_offset", "layout", NULL};
     Core *core = (Core *)op;
-    PyObject *map;
+    PyObject *map, *layout;
     long long capacity;
     Py_ssize_t header_size, next_offset;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLnn:attach", names, &map, &capacity,
-                                     &header_size, &next_offset))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLnnO:attach", names, &map, &capacity,
+                                     &header_size, &next_offset, &layout))
         return NULL;
     core_release(core);
+    if (check_layout(layout) < 0) return NULL;
     if (capacity <= 0 || header_size < next_offset + 8 || next_offset < 0) {
         PyErr_SetString(PyExc_ValueError, "bad ring geometry");
         return NULL;
@@ -429,14 +477,14 @@ static int begin(FastHook *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     int64_t at = next_record(core);
     if (at < 0) goto done; /* the header is in a shared file: never write outside the ring */
     char *slot = slot_at(core, at);
-    put_i64(slot + 0, at);
-    put_i32(slot + 8, (int32_t)index);
-    put_i64(slot + 12, seq);
-    put_i64(slot + 20, p2p_seq);
-    put_i32(slot + 28, (int32_t)signature);
-    put_i32(slot + 32, (int32_t)site);
-    put_i32(slot + 36, -1); /* peer: collectives have none */
-    put_i64(slot + 40, now_ns());
+    put_i64(slot + RECORD_OFFSET, at);
+    put_i32(slot + GROUP_OFFSET, (int32_t)index);
+    put_i64(slot + SEQ_OFFSET, seq);
+    put_i64(slot + P2P_SEQ_OFFSET, p2p_seq);
+    put_i32(slot + SIGNATURE_OFFSET, (int32_t)signature);
+    put_i32(slot + SITE_OFFSET, (int32_t)site);
+    put_i32(slot + PEER_OFFSET, -1); /* peer: collectives have none */
+    put_i64(slot + CREATED_OFFSET, now_ns());
     put_i64(slot + DONE_OFFSET, 0);
     /* NCCL marks even an async op's future complete once it is queued: only torch's FR
      * knows when it ran (frmerge reads it at flush time) */
@@ -535,45 +583,8 @@ static PyObject *hook_call(PyObject *callable, PyObject *const *args, size_t nar
     return result;
 }
 
-static const char *hook_fields[] = {
-    "core", "original", "slow", "recorder", "groups", "signatures", "owner", "recent",
-    "library", "seqs", "p2p_seqs", "tensor_type", "settle_later", "failed",
-    "failed_internally", "inputs_name", "outputs_name", "group_at", "inputs_at",
-    "outputs_at", "async_at", "same", "slot_size", "done_offset", NULL};
-
-static int hook_init(PyObject *op, PyObject *args, PyObject *kwargs) {
-    FastHook *self = (FastHook *)op;
-    PyObject *core, *original, *slow, *recorder, *groups, *signatures, *owner, *recent,
-        *library, *seqs, *p2p_seqs, *tensor_type, *settle_later, *failed, *failed_internally,
-        *inputs_name, *outputs_name;
-    Py_ssize_t group_at, inputs_at, outputs_at, async_at, slot_size, done_offset;
-    int same;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!OOOO!O!O!O!O!O!O!OOOOOOnnnnpnn:FastHook", (char **)hook_fields,
-            &CoreType, &core, &original, &slow, &recorder, &PyDict_Type, &groups, &PyDict_Type,
-            &signatures, &PyList_Type, &owner, &PyDict_Type, &recent, &PyDict_Type, &library,
-            &PyList_Type, &seqs, &PyList_Type, &p2p_seqs, &tensor_type, &settle_later, &failed,
-            &failed_internally, &inputs_name, &outputs_name, &group_at, &inputs_at, &outputs_at,
-            &async_at, &same, &slot_size, &done_offset))
-        return -1;
-    if (slot_size != SLOT_SIZE || done_offset != DONE_OFFSET) {
-        PyErr_Format(PyExc_ValueError, "ring slot layout %zd/%zd, compiled for %d/%d",
-                     slot_size, done_offset, SLOT_SIZE, DONE_OFFSET);
-        return -1;
-    }
-    PyObject **fields[] = {(PyObject **)&self->core, &self->original,    &self->slow,
-                           &self->recorder,          &self->groups,      &self->signatures,
-                           &self->owner,             &self->recent,      &self->library,
-                           &self->seqs,              &self->p2p_seqs,    &self->tensor_type,
-                           &self->settle_later,      &self->failed,      &self->failed_internally};
-    PyObject *values[] = {core,   original,    slow,         recorder, groups,
-                          signatures, owner,   recent,       library,  seqs,
-                          p2p_seqs,   tensor_type, settle_later, failed, failed_internally};
-    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
-        Py_INCREF(values[i]);
-        Py_XSETREF(*fields[i], values[i]);
-    }
-    /* interned, so that argument() mostly matches keywords by identity */
+/* the argument names, interned, so that argument() mostly matches keywords by identity */
+static int set_names(FastHook *self, PyObject *inputs_name, PyObject *outputs_name) {
     PyObject *names[2] = {inputs_name, outputs_name};
     PyObject **targets[2] = {&self->inputs_name, &self->outputs_name};
     for (int i = 0; i < 2; i++) {
@@ -590,13 +601,84 @@ static int hook_init(PyObject *op, PyObject *args, PyObject *kwargs) {
         PyUnicode_InternInPlace(&name);
         Py_XSETREF(*targets[i], name);
     }
-    self->group_at = group_at;
-    self->inputs_at = inputs_at;
-    self->outputs_at = outputs_at;
-    self->async_at = async_at;
+    return 0;
+}
+
+/* FastHook(state): every field read from one object (capture.HookState), by name */
+static int hook_init(PyObject *op, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"state", NULL};
+    FastHook *self = (FastHook *)op;
+    PyObject *state;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:FastHook", keywords, &state)) return -1;
+    struct {
+        const char *name;
+        PyObject **target;
+        PyTypeObject *type; /* NULL: any object */
+    } objects[] = {
+        {"core", (PyObject **)&self->core, &CoreType},
+        {"original", &self->original, NULL},
+        {"slow", &self->slow, NULL},
+        {"recorder", &self->recorder, NULL},
+        {"groups", &self->groups, &PyDict_Type},
+        {"signatures", &self->signatures, &PyDict_Type},
+        {"owner", &self->owner, &PyList_Type},
+        {"recent", &self->recent, &PyDict_Type},
+        {"library", &self->library, &PyDict_Type},
+        {"seqs", &self->seqs, &PyList_Type},
+        {"p2p_seqs", &self->p2p_seqs, &PyList_Type},
+        {"tensor_type", &self->tensor_type, NULL},
+        {"settle_later", &self->settle_later, NULL},
+        {"failed", &self->failed, NULL},
+        {"failed_internally", &self->failed_internally, NULL},
+    };
+    enum { N_OBJECTS = sizeof(objects) / sizeof(objects[0]) };
+    PyObject *values[N_OBJECTS] = {NULL};
+    for (int i = 0; i < N_OBJECTS; i++) {
+        values[i] = PyObject_GetAttrString(state, objects[i].name);
+        if (values[i] == NULL) goto fail;
+        if (objects[i].type != NULL && !PyObject_TypeCheck(values[i], objects[i].type)) {
+            PyErr_Format(PyExc_TypeError, "FastHook state.%s must be %s, not %s",
+                         objects[i].name, objects[i].type->tp_name, Py_TYPE(values[i])->tp_name);
+            goto fail;
+        }
+    }
+    struct {
+        const char *name;
+        Py_ssize_t *target;
+    } indexes[] = {{"group_at", &self->group_at},
+                   {"inputs_at", &self->inputs_at},
+                   {"outputs_at", &self->outputs_at},
+                   {"async_at", &self->async_at}};
+    Py_ssize_t found[4];
+    for (int i = 0; i < 4; i++) {
+        PyObject *value = PyObject_GetAttrString(state, indexes[i].name);
+        if (value == NULL) goto fail;
+        found[i] = PyLong_AsSsize_t(value);
+        Py_DECREF(value);
+        if (found[i] == -1 && PyErr_Occurred()) goto fail;
+    }
+    PyObject *same_value = PyObject_GetAttrString(state, "same");
+    int same = same_value == NULL ? -1 : PyObject_IsTrue(same_value);
+    Py_XDECREF(same_value);
+    if (same < 0) goto fail;
+    PyObject *inputs_name = PyObject_GetAttrString(state, "inputs_name");
+    PyObject *outputs_name = inputs_name ? PyObject_GetAttrString(state, "outputs_name") : NULL;
+    if (outputs_name == NULL) {
+        Py_XDECREF(inputs_name);
+        goto fail;
+    }
+    for (int i = 0; i < N_OBJECTS; i++) Py_XSETREF(*objects[i].target, values[i]); /* steals */
+    for (int i = 0; i < 4; i++) *indexes[i].target = found[i];
     self->same = same;
+    int named = set_names(self, inputs_name, outputs_name);
+    Py_DECREF(inputs_name);
+    Py_DECREF(outputs_name);
+    if (named < 0) return -1;
     self->vectorcall = hook_call;
     return 0;
+fail:
+    for (int i = 0; i < N_OBJECTS; i++) Py_XDECREF(values[i]);
+    return -1;
 }
 
 static PyObject *hook_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -709,7 +791,7 @@ PyMODINIT_FUNC PyInit__fasthook(void) {
     struct {
         PyObject **target;
         const char *text;
-    } names[] = {{&str_writer, "_writer"},
+    } names[] = {{&str_writer, "ring"},
                  {&str_shape, "shape"},
                  {&str_dtype, "dtype"},
                  {&str_group, "group"},

@@ -31,19 +31,17 @@ from typing import TYPE_CHECKING, Any
 
 from fr_otel.recorder.frmerge import QUEUED_BACKENDS
 from fr_otel.recorder.frsource import detection_timeout_ns
-from fr_otel.recorder.ring import (
+from fr_otel.recorder.ring import HEADER_SIZE, NEXT_RECORD_OFFSET, GroupInfo, Signature
+from fr_otel.recorder.slot import (
     COMPLETED,
     DONE,
     DONE_OFFSET,
     FAILED,
-    HEADER_SIZE,
-    NEXT_RECORD_OFFSET,
     SCHEDULED,
     SLOT,
     SLOT_SIZE,
     STARTED,
-    GroupInfo,
-    Signature,
+    layout,
 )
 from fr_otel.stacks import is_library_frame
 
@@ -52,6 +50,41 @@ if TYPE_CHECKING:
     from fr_otel.recorder.ring import RingWriter
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HookState:
+    """What one compiled hook (``_fasthook.FastHook``) reads, in one object: the ring core,
+    the call it wraps and the Python wrapper it hands every other call to, and the caches
+    and counters it shares with that wrapper (the same dicts and lists, not copies: the
+    Python wrapper fills them, the compiled one reads them)."""
+
+    core: Any
+    """The ``_fasthook.Core`` that holds the ring's mapping."""
+    original: Callable[..., Any]
+    slow: Callable[..., Any]
+    """The Python wrapper (``Capture._wrapper``)."""
+    recorder: Recorder
+    groups: dict[Any, tuple[int, bool]]
+    signatures: dict[Any, int]
+    owner: list[Any]
+    """The writer the signature indexes belong to (one item)."""
+    recent: dict[tuple[int, int, int, int], tuple[int, Any, Any]]
+    library: dict[int, bool]
+    seqs: list[Callable[[], int]]
+    """Per group, torch's collective counter (the hook adds one)."""
+    p2p_seqs: list[int]
+    tensor_type: type
+    settle_later: Callable[[Any, int, Any], None]
+    failed: Callable[[tuple[int, bool | None], BaseException], None]
+    failed_internally: Callable[[BaseException], None]
+    inputs_name: str | None
+    outputs_name: str | None
+    group_at: int
+    inputs_at: int
+    outputs_at: int
+    async_at: int
+    same: bool
 
 
 @dataclass(frozen=True)
@@ -385,7 +418,7 @@ class Capture:
             from fr_otel.recorder._fasthook import Core
 
             self._core = Core()
-            writer = self.recorder._writer
+            writer = self.recorder.ring
             if writer is not None:
                 self.attach(writer)
         for name, spec in SPECS.items():
@@ -487,8 +520,14 @@ class Capture:
 
     def attach(self, writer: RingWriter) -> None:
         """Let the compiled hooks write into ``writer``'s ring (the recorder just opened it)."""
-        if self._core is not None:
-            self._core.attach(writer._map, writer.capacity, HEADER_SIZE, NEXT_RECORD_OFFSET)
+        if self._core is None:
+            return
+        try:
+            self._core.attach(
+                writer.mapping, writer.capacity, HEADER_SIZE, NEXT_RECORD_OFFSET, layout()
+            )
+        except ValueError as exc:  # built for another slot layout: calls go to Python
+            logger.warning("fr_otel: compiled hook not used (%s); recording in Python", exc)
 
     def detach(self) -> None:
         """Stop the compiled hooks writing: the ring is about to be closed. (They hold the
@@ -533,7 +572,7 @@ class Capture:
         ``_wrapper``'s, which records it and fills the caches the C code reads."""
         slow = self._wrapper(hook)
         spec = hook.spec
-        wrapper = fast_hook(
+        state = HookState(
             core=self._core,
             original=hook.original,
             slow=slow,
@@ -556,9 +595,8 @@ class Capture:
             outputs_at=hook.outputs_at,
             async_at=hook.async_at,
             same=slow.same,  # type: ignore[attr-defined]
-            slot_size=SLOT_SIZE,
-            done_offset=DONE_OFFSET,
         )
+        wrapper = fast_hook(state)
         for attribute in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__"):
             setattr(wrapper, attribute, getattr(slow, attribute))
         return wrapper  # type: ignore[no-any-return]
@@ -598,7 +636,7 @@ class Capture:
                 else:
                     group = kwargs.get("group") if kwargs else None
                 known = groups.get(group) or self._group(group)
-                writer = recorder._writer
+                writer = recorder.ring
                 if known is not None and writer is not None:
                     index, info, _, by_device, fallback = known
                     if count > inputs_at:
@@ -686,7 +724,7 @@ class Capture:
                     # torch's FR knows when it ran (frmerge reads it at flush time)
                     queued = backend in QUEUED_BACKENDS
                     pack_slot(
-                        writer._map,
+                        writer.mapping,
                         HEADER_SIZE + (record % writer.capacity) * SLOT_SIZE,
                         record,
                         index,
@@ -720,7 +758,7 @@ class Capture:
                 failed((record, is_async), exc)
                 raise
             try:
-                writer = recorder._writer
+                writer = recorder.ring
                 if writer is not None:
                     if not is_async or result is None:
                         # RingWriter.finish, inlined, with arithmetic for its read-back:
@@ -730,7 +768,7 @@ class Capture:
                         capacity = writer.capacity
                         if writer.next_record - record <= capacity:
                             offset = HEADER_SIZE + (record % capacity) * SLOT_SIZE + DONE_OFFSET
-                            pack_done(writer._map, offset, time_ns(), COMPLETED)
+                            pack_done(writer.mapping, offset, time_ns(), COMPLETED)
                     else:
                         self._settle_later(writer, record, result)
             except ValueError:  # the ring was closed at exit during the call
@@ -890,7 +928,7 @@ class Capture:
 
     def poll_unfinished(self) -> None:
         """Mark the polled works (those without a future) that have completed since."""
-        writer = self.recorder._writer
+        writer = self.recorder.ring
         if writer is None:
             return
         for record, work in list(self.unfinished.items()):
@@ -905,7 +943,7 @@ class Capture:
 
     def _failed(self, token: tuple[int, bool | None], exc: BaseException) -> None:
         record = token[0]
-        writer = self.recorder._writer
+        writer = self.recorder.ring
         if writer is not None:
             writer.finish(record, FAILED)
             writer.note_error(record, repr(exc))

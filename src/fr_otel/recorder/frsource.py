@@ -32,13 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from fr_otel.recorder.ring import (
-    COMPLETED,
-    SCHEDULED,
-    STARTED,
     GroupInfo,
     RingWriter,
     Signature,
 )
+from fr_otel.recorder.slot import COMPLETED, SCHEDULED, STARTED
 
 logger = logging.getLogger(__name__)
 

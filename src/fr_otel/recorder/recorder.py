@@ -61,7 +61,10 @@ class Recorder:
     def __init__(self, settings: RecorderSettings) -> None:
         self.settings = settings
         self.stats = RecorderStats()
-        self._writer: RingWriter | None = None
+        self.ring: RingWriter | None = None
+        """This rank's ring once opened (``writer()`` opens it). Read on every collective by
+        the hooks, the compiled one included: a plain attribute, never reassigned but by
+        this class."""
         self._writer_failed = False
         self._start_lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -91,11 +94,11 @@ class Recorder:
 
     def writer(self) -> RingWriter | None:
         """The ring, opened on first use once the default group exists."""
-        writer = self._writer
+        writer = self.ring
         if writer is not None or self._writer_failed:
             return writer
         with self._start_lock:
-            if self._writer is None and not self._writer_failed:
+            if self.ring is None and not self._writer_failed:
                 try:
                     self._start()
                 except Exception as exc:  # record nothing rather than crash
@@ -108,7 +111,7 @@ class Recorder:
                         self.settings.rings,
                         exc,
                     )
-        return self._writer
+        return self.ring
 
     def _start(self) -> None:
         from torch.distributed import distributed_c10d as c10d
@@ -120,7 +123,7 @@ class Recorder:
             self.settings = replace(self.settings, run_id=_shared_run_id(c10d))
         settings = self.settings
         base = ring_base(settings.rings, settings.job, self.rank, settings.run_id)
-        self._writer = RingWriter(
+        self.ring = RingWriter(
             base,
             capacity=settings.buffer_size,
             rank=self.rank,
@@ -129,8 +132,8 @@ class Recorder:
             backend=backend,
             run_id=settings.run_id,
         )
-        self.capture.attach(self._writer)
-        self._mirror = _open_mirror(self._writer, settings, self.capture)
+        self.capture.attach(self.ring)
+        self._mirror = _open_mirror(self.ring, settings, self.capture)
         self._connect(c10d)
         if settings.otlp is not None:
             from fr_otel.otel.transport import exporter_for
@@ -140,7 +143,7 @@ class Recorder:
             from fr_otel.recorder.streaming import SpanStream
 
             self._stream = SpanStream(
-                writer=lambda: self._writer, settings=settings, exporter=self._exporter
+                writer=lambda: self.ring, settings=settings, exporter=self._exporter
             )
             self._stream.start()
             if self._mirror is not None:
@@ -206,7 +209,7 @@ class Recorder:
     def snapshot(self) -> Any:
         """Everything this rank recorded: the hooks' ring and the torch ring, as one
         ``RingContents`` (torch ring records past ``TORCH_RECORD_OFFSET``)."""
-        writer = self._writer
+        writer = self.ring
         if writer is None:
             return None
         contents = writer.snapshot()
@@ -217,7 +220,7 @@ class Recorder:
 
     def uncaught(self, exc: BaseException) -> None:
         """An exception nobody caught (any thread): the job is failing; flush it all."""
-        if self._writer is None or isinstance(exc, KeyboardInterrupt | SystemExit):
+        if self.ring is None or isinstance(exc, KeyboardInterrupt | SystemExit):
             return
         self._flush_job("uncaught_exception")
 
@@ -236,12 +239,12 @@ class Recorder:
     def aborted(self) -> None:
         """SIGABRT is ending this process (``std::terminate`` in a backend thread, a fatal
         check): called in the aborting thread, bounded by an alarm; flush it all."""
-        if self._writer is not None:
+        if self.ring is not None:
             self._flush_job("aborted")
 
     def _running(self) -> list[tuple[int, int, int]]:
         """(record, created ns, timeout ns) of the newest ops still running."""
-        writer = self._writer
+        writer = self.ring
         if writer is None:
             return []
         self.capture.poll_unfinished()
@@ -348,7 +351,7 @@ class Recorder:
 
         if deadline is None:
             deadline = time.monotonic() + self.settings.flush_deadline_s
-        writer = self._writer
+        writer = self.ring
         if writer is None:
             return
         note_incident(self.settings, incident)
@@ -437,7 +440,7 @@ class Recorder:
                     incident,
                     exporter=self._exporter,
                     deadline=deadline,
-                    skip=self._writer.base if self._writer is not None else None,
+                    skip=self.ring.base if self.ring is not None else None,
                 ):
                     self._record(adopted)
         if count < self.world:
@@ -497,7 +500,7 @@ class Recorder:
                 )
         self._stream = self._mirror_stream = None
         self.stats.recorder_errors += self.capture.errors
-        writer, self._writer, self._writer_failed = self._writer, None, True
+        writer, self.ring, self._writer_failed = self.ring, None, True
         self.capture.detach()
         if writer is not None:
             # closing drops the ring's lock: the file stays for whoever reads it later

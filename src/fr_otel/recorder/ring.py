@@ -34,6 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from fr_otel.recorder.slot import (
+    DONE,
+    DONE_OFFSET,
+    EMPTY,
+    RECORD_ID,
+    SLOT,
+    SLOT_SIZE,
+    STARTED,
+    STATE_OFFSET,
+)
+
 MAGIC: Final = b"FROTRNG1"
 _HEADER = struct.Struct("<8sIIq")  # magic, slot size, capacity, created ns
 HEADER_SIZE: Final = 64
@@ -41,19 +52,7 @@ NEXT_RECORD = struct.Struct("<q")
 NEXT_RECORD_OFFSET: Final = 24
 """The header's next record id: the writer's counter lives in the mapping, where the
 compiled wrapper (``_fasthook``) advances it without a Python attribute."""
-# SLOT, DONE and their offsets are public: capture.py writes slots inline on the hot path
-SLOT = struct.Struct("<qiqqiiiqqb7x")
-# record id, group, collective seq, p2p seq, signature, call site, peer, created, done, state
-SLOT_SIZE: Final = SLOT.size
-DONE = struct.Struct("<qb")
-DONE_OFFSET: Final = 48  # where (done, state) sit inside a slot
-STATE_OFFSET: Final = DONE_OFFSET + 8  # DONE's state byte
-_RECORD_ID = struct.Struct("<q")
-
-EMPTY, SCHEDULED, STARTED, COMPLETED, FAILED = 0, 1, 2, 3, 4
 _STARTED_BYTE = bytes((STARTED,))
-STATE_NAMES: Final = {SCHEDULED: "scheduled", STARTED: "started", COMPLETED: "completed"}
-"""How slot states map to FR's ``state``; a failed op is ``started`` (it never completed)."""
 
 RING_SUFFIX: Final = ".ring"
 META_SUFFIX: Final = ".meta"
@@ -157,11 +156,13 @@ class RingWriter:
             # the blocks are reserved now: on a full disk this fails here, at start, where
             # a sparse file's first write to a new page would kill the rank with SIGBUS
             _reserve(self._fd, size)
-            self._map = mmap.mmap(self._fd, size)
+            self.mapping = mmap.mmap(self._fd, size)
+            """The ring file's shared mapping: the hooks write slots straight into it
+            (``slot.SLOT``), the compiled one through ``Core.attach``."""
         except BaseException:
             os.close(self._fd)
             raise
-        _HEADER.pack_into(self._map, 0, MAGIC, SLOT_SIZE, capacity, time.time_ns())
+        _HEADER.pack_into(self.mapping, 0, MAGIC, SLOT_SIZE, capacity, time.time_ns())
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
         self._meta = os.open(base.with_suffix(META_SUFFIX), flags, 0o644)
         self._meta_lock = threading.Lock()
@@ -197,13 +198,13 @@ class RingWriter:
     def next_record(self) -> int:
         """The id the next record gets; every record before it was written."""
         try:
-            return int(NEXT_RECORD.unpack_from(self._map, NEXT_RECORD_OFFSET)[0])
+            return int(NEXT_RECORD.unpack_from(self.mapping, NEXT_RECORD_OFFSET)[0])
         except ValueError:  # closed at exit
             return self._final_next_record
 
     @next_record.setter
     def next_record(self, value: int) -> None:
-        NEXT_RECORD.pack_into(self._map, NEXT_RECORD_OFFSET, value)
+        NEXT_RECORD.pack_into(self.mapping, NEXT_RECORD_OFFSET, value)
 
     def _append(self, item: dict[str, Any]) -> None:
         line = (json.dumps(item, separators=(",", ":")) + "\n").encode()
@@ -272,7 +273,7 @@ class RingWriter:
         """Write a new slot; return its record id (``finish`` takes it)."""
         record = self.next_record
         SLOT.pack_into(
-            self._map,
+            self.mapping,
             HEADER_SIZE + (record % self.capacity) * SLOT_SIZE,
             record,
             group,
@@ -293,7 +294,7 @@ class RingWriter:
         """Write one slot per row (the slot's fields after the record id); return the
         first record id. For a single writer thread, as ``begin``."""
         first = self.next_record
-        pack, target, capacity = SLOT.pack_into, self._map, self.capacity
+        pack, target, capacity = SLOT.pack_into, self.mapping, self.capacity
         for record, row in enumerate(rows, first):
             pack(target, HEADER_SIZE + (record % capacity) * SLOT_SIZE, record, *row)
         # only now: a reader that sees the new count finds the slots written
@@ -305,8 +306,8 @@ class RingWriter:
         offset = HEADER_SIZE + (record % self.capacity) * SLOT_SIZE
         done = time.time_ns() if done_ns is None else done_ns
         try:
-            if _RECORD_ID.unpack_from(self._map, offset)[0] == record:
-                DONE.pack_into(self._map, offset + DONE_OFFSET, done, state)
+            if RECORD_ID.unpack_from(self.mapping, offset)[0] == record:
+                DONE.pack_into(self.mapping, offset + DONE_OFFSET, done, state)
         except ValueError:  # closed at exit while a callback was still running
             pass
 
@@ -324,7 +325,9 @@ class RingWriter:
         start = max(first_record, end - self.capacity, 0)
         found = []
         for record in range(start, end):
-            slot = SLOT.unpack_from(self._map, HEADER_SIZE + (record % self.capacity) * SLOT_SIZE)
+            slot = SLOT.unpack_from(
+                self.mapping, HEADER_SIZE + (record % self.capacity) * SLOT_SIZE
+            )
             if slot[0] == record and slot[9] != EMPTY:
                 found.append(slot)
         return found
@@ -336,7 +339,7 @@ class RingWriter:
         start = max(first_record, end - self.capacity, 0)
         found: set[tuple[int, bool, int]] = set()
         for _, count, offset in self._runs(start, end):
-            run = SLOT.iter_unpack(self._map[offset : offset + count * SLOT_SIZE])
+            run = SLOT.iter_unpack(self.mapping[offset : offset + count * SLOT_SIZE])
             found.update(
                 (s[1], s[6] >= 0, s[3] if s[6] >= 0 else s[2])
                 for s in run
@@ -362,10 +365,10 @@ class RingWriter:
         record = max(end - window, 0)
         found = []
         for first, count, offset in self._runs(record, end):
-            states = self._map[offset + STATE_OFFSET : offset + count * SLOT_SIZE : SLOT_SIZE]
+            states = self.mapping[offset + STATE_OFFSET : offset + count * SLOT_SIZE : SLOT_SIZE]
             index = states.find(_STARTED_BYTE)
             while index >= 0:
-                slot = SLOT.unpack_from(self._map, offset + index * SLOT_SIZE)
+                slot = SLOT.unpack_from(self.mapping, offset + index * SLOT_SIZE)
                 if slot[0] == first + index and slot[9] == STARTED:
                     found.append((slot[0], slot[1], slot[7]))
                 index = states.find(_STARTED_BYTE, index + 1)
@@ -396,15 +399,15 @@ class RingWriter:
     def sync(self) -> None:
         """Push the mapping to the file (only needed if the machine, not the process, dies)."""
         with contextlib.suppress(OSError, ValueError):
-            self._map.flush()
+            self.mapping.flush()
 
     def close(self) -> None:
         self._final_next_record = self.next_record
         # BufferError: a compiled hook still holds the mapping (Capture.detach was not
         # called); it stays mapped until the process ends, the file is complete anyway
         with contextlib.suppress(OSError, ValueError, BufferError):
-            self._map.flush()
-            self._map.close()
+            self.mapping.flush()
+            self.mapping.close()
         with contextlib.suppress(OSError):
             os.close(self._meta)
         with contextlib.suppress(OSError):

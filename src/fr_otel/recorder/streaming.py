@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 from fr_otel.config import RecorderSettings
 from fr_otel.otel.transport import RequestExporter
 from fr_otel.recorder.flush import span_resource
-from fr_otel.recorder.ring import COMPLETED, FAILED, SCHEDULED, RingContents, RingWriter
+from fr_otel.recorder.ring import RingContents, RingWriter
+from fr_otel.recorder.slot import COMPLETED, FAILED, SCHEDULED
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fr_otel.recorder.ring import COMPLETED, FAILED, STATE_NAMES, RingContents
+from fr_otel.recorder.ring import RingContents
+from fr_otel.recorder.slot import COMPLETED, FAILED, STATE_NAMES
 from fr_otel.schema import RECORD_SCHEMA
 from fr_otel.stacks import call_site
 
