@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fr_otel.recorder.frsource import FrMirror
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, read_ring, torch_ring_base
 from fr_otel.recorder.slot import COMPLETED, STARTED
@@ -174,9 +176,34 @@ def test_continuous_mode_reads_before_torch_overwrites_within_a_cost_cap(tmp_pat
         mirror.rate = 100.0  # collectives a second
     # incident mode: 400x the cost, whatever the rate (only the newest entries matter)
     assert incident._interval() == 16.0
-    # continuous: before half of torch's buffer has turned over (10 s)
-    assert continuous._interval() == 10.0
-    continuous.rate = 400.0  # 2.5 s to turn half the buffer over
-    assert continuous._interval() == 2.5
-    continuous.rate = 4000.0  # faster than a 2% share of a core allows: the cap holds
+    # continuous: before 80% of torch's buffer has turned over (16 s, within the 16 s cap)
+    assert continuous._interval() == 16.0
+    continuous.rate = 400.0  # 4 s to turn 80% of the buffer over
+    assert continuous._interval() == 4.0
+    continuous.peak_rate = 800.0  # a recent burst twice as fast: planned for
     assert continuous._interval() == 2.0
+    continuous.rate = continuous.peak_rate = 4000.0  # past a 2% share of a core: the cap holds
+    assert continuous._interval() == 2.0
+
+
+def test_the_peak_rate_remembers_a_burst_and_forgets_it_slowly(tmp_path: Path) -> None:
+    main = RingWriter(
+        tmp_path / "c" / "rank-000000", capacity=64, rank=0, world=2, job="j", backend="gloo"
+    )
+    mirror = FrMirror(
+        main=main,
+        base=torch_ring_base(main.base),
+        groups=dict,
+        describe=lambda pg: (INFO, 8 * 10**9),
+        timeout_s=None,
+        read=Torch().read,
+        complete=True,
+    )
+    mirror._measure_rate(0.0, {"0": 0})
+    mirror._measure_rate(1.0, {"0": 1000})  # a burst: 1,000 a second
+    mirror._measure_rate(2.0, {"0": 1100})  # then 100 a second
+    assert mirror.peak_rate == pytest.approx(1000 * 0.5 ** (1 / 30))
+    assert mirror.rate < 1000
+    for second in range(3, 63):  # a minute later, two half-lives: a quarter of it is left
+        mirror._measure_rate(float(second), {"0": 1100 + 100 * (second - 2)})
+    assert mirror.peak_rate == pytest.approx(1000 * 0.5 ** (61 / 30), rel=0.01)

@@ -49,8 +49,14 @@ COMPLETE_COST_FACTOR = 50
 buffer needs (``WRAP_SHARE``), but never more often than this many times their cost: at
 most 2% of a core. Past that rate of C++ collectives, entries torch overwrote before a read
 are counted as missed."""
-WRAP_SHARE = 0.5
-"""Continuous mode reads again before torch has issued this share of its buffer."""
+WRAP_SHARE = 0.8
+"""Continuous mode reads again before torch has issued this share of its buffer, at the
+highest recent rate (``PEAK_HALF_LIFE_S``). Each read costs the whole buffer (torch
+serialises all of it), so the CPU per collective goes as 1 / share: at 0.5 a read paid for
+twice the entries it brought, at 0.8 for 1.25 times; a burst 25% above the recent peak
+rate is what it takes to lose entries (counted as missed)."""
+PEAK_HALF_LIFE_S = 30.0
+"""How fast the peak collective rate continuous mode plans its reads for forgets a burst."""
 MIN_INTERVAL_S = 1.0
 """The shortest time between two reads (the watch thread ticks faster)."""
 MAX_INTERVAL_S = 30.0
@@ -184,6 +190,8 @@ class FrMirror:
         self._issued: tuple[float, int] | None = None
         self.rate = 0.0
         """Collectives per second, all groups (smoothed): how fast torch's buffer turns."""
+        self.peak_rate = 0.0
+        """The highest rate measured lately (halved every ``PEAK_HALF_LIFE_S``)."""
         self._timeout_s = timeout_s
         self._read = read
         self.stats = MirrorStats()
@@ -270,8 +278,10 @@ class FrMirror:
     def _measure_rate(self, now: float, counters: dict[str, int]) -> None:
         total = sum(counters.values())
         if self._issued is not None and now > self._issued[0]:
-            latest = max(total - self._issued[1], 0) / (now - self._issued[0])
+            elapsed = now - self._issued[0]
+            latest = max(total - self._issued[1], 0) / elapsed
             self.rate = latest if not self.rate else 0.7 * self.rate + 0.3 * latest
+            self.peak_rate = max(latest, self.peak_rate * 0.5 ** (elapsed / PEAK_HALF_LIFE_S))
         self._issued = (now, total)
 
     def _interval(self) -> float:
@@ -280,9 +290,10 @@ class FrMirror:
             ceiling = min(ceiling, self.shortest_timeout_ns / 1e9 / DETECT_SHARE)
         cost = self.stats.last_cost_s
         interval = COST_FACTOR * cost
-        if self._complete and self.rate > 0:
+        rate = max(self.rate, self.peak_rate)
+        if self._complete and rate > 0:
             # before torch overwrites what was not read, within the cap
-            wrap = WRAP_SHARE * self._fr_capacity / self.rate
+            wrap = WRAP_SHARE * self._fr_capacity / rate
             interval = max(min(interval, wrap), COMPLETE_COST_FACTOR * cost)
         return min(max(MIN_INTERVAL_S, interval), ceiling)
 
