@@ -27,7 +27,7 @@ Measured per command:
   or ``missing ranks: {R}``), or how it crashed or timed out. A verdict matches the
   simulator's ground truth when its culprit-rank set equals the truth's.
 
-Goals (from the issue), checked and printed at the end:
+Goals, checked and printed at the end:
 
 - at 256 x 2000, fr-otel end to end at least 10x faster than torchfrtrace;
 - re-analysis of an imported archive under 1 s;
@@ -82,7 +82,7 @@ FR_TRACE = "torchfrtrace"
 FR_TRACE_FULL = "torchfrtrace (full)"
 # torchfrtrace stops after 10 mismatches in a group (its --mismatch_cap), usually in the
 # valid batched send/recv it misreads, long before the real fault. "full" lifts the cap
-# so that it analyses the whole trace, as the issue's baseline figure (75 s) did.
+# so that it analyses the whole trace, as the 75 s baseline figure was taken.
 FULL_CAP = 1_000_000_000
 OURS_E2E = "fr-otel (dumps)"
 OURS_ARCHIVE = "fr-otel (archive)"

@@ -9,7 +9,7 @@ then, in one run, times:
 - ``fr_otel.archive.import_dumps`` into a fresh archive with all cores (restricted
   unpickling, conversion to the canonical schema, Parquet write), and with one worker.
 
-Goal (issue 2): fr-otel's wall time at most 2x the floor.
+Goal: fr-otel's wall time at most 2x the floor.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ In one run, with a real OTLP receiver (``tests/otlp_receiver.py``, HTTP, loopbac
 process and every rank a separate process on this machine (``--workload allreduce``, ``ddp``
 or ``all``, the default):
 
-1. End to end (the issue's figure): 2 gloo ranks run ``--calls`` ``all_reduce`` of 4
+1. End to end (the headline figure): 2 gloo ranks run ``--calls`` ``all_reduce`` of 4
    float32 each (after a warm-up that starts the recorder, a ``gc.collect()`` in every
    mode, and in continuous mode the export threads' first pass, whose one-time CPU is
    printed apart), with no recorder, with
@@ -71,7 +71,7 @@ or ``all``, the default):
    loops (the spans of what only torch's FR saw leave in bursts, when the recorder reads
    it).
 
-Goals (issue): at most 3% slower in continuous mode, 1% in incident mode; the flush of a
+Goals: at most 3% slower in continuous mode, 1% in incident mode; the flush of a
 full buffer within the 5 s deadline. On a small machine launches differ by more than the
 goals, in wall time and in CPU per call, so the verdict is the CPU the recorder adds per
 call or step where one run resolves it: the paired job's training-thread difference and

@@ -17,7 +17,7 @@ In one run, on a simulated 1,024-rank NCCL fleet with a skipped collective:
 Two layouts: ``--tp 1 --pp 1`` (one data-parallel group: its view is exactly 1,024 ranks x
 200 columns) and the simulator's default 3D layout (whose all-groups view has 4,096 rows).
 
-Goal (issue 7): the 1,024-rank page renders in under 2 s.
+Goal: the 1,024-rank page renders in under 2 s.
 """
 
 from __future__ import annotations

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typed names for checkers; at run time __getattr__ imports them on use
+    from fr_otel.analysis import analyze
+    from fr_otel.archive import import_dumps
+    from fr_otel.recorder import install
+    from fr_otel.schema import RECORD_SCHEMA
 
 __version__ = "0.1.0"
 

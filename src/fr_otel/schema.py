@@ -178,6 +178,39 @@ COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 
 SOURCE_FORMATS = frozenset({"pickle", "json", "recorder", "simulator", "otlp"})
 
+# --- rules over rows -------------------------------------------------------------------
+# Each rule is written twice, side by side: for Python (one row's values) and as a DuckDB
+# macro (``ENTRY_MACROS``, created on every analysis connection by
+# ``fr_otel.analysis.sqlfiles.prepare``). Every reader of the archive uses one of the two.
+
+P2P_OPS = frozenset({"send", "recv"})
+"""Ops that are point-to-point whatever ``is_p2p`` says (dumps that predate the flag)."""
+
+
+def is_p2p_entry(*, is_p2p: bool | None, op: str | None) -> bool:
+    """Whether an entry is point-to-point: flagged so, or a send or recv."""
+    return bool(is_p2p) or op in P2P_OPS
+
+
+def is_done_entry(*, state: str | None, backend: str | None, retired: bool | None) -> bool:
+    """Whether an entry's work finished: completed, or (gloo, which never marks entries
+    started or completed) retired, its only completion signal. For NCCL a retired entry
+    that did not complete timed out."""
+    return state == "completed" or (backend == "gloo" and bool(retired))
+
+
+ENTRY_MACROS: tuple[str, ...] = (
+    # is_p2p_entry; NULL never counts
+    "CREATE OR REPLACE TEMP MACRO entry_p2p(is_p2p, op) AS coalesce(is_p2p, false) OR op IN"
+    f" ({', '.join(repr(op) for op in sorted(P2P_OPS))})",
+    # is_done_entry, with SQL's NULL where the state is null and the entry not gloo's:
+    # written exactly as the queries that used it had it
+    "CREATE OR REPLACE TEMP MACRO entry_done(state, backend, retired) AS"
+    " state = 'completed' OR (backend = 'gloo' AND coalesce(retired, false))",
+)
+"""``entry_p2p(is_p2p, op)`` and ``entry_done(state, backend, retired)``: the rules above
+for SQL over canonical rows."""
+
 
 def empty_table() -> pa.Table:
     """A table with the canonical schema and no rows."""

@@ -15,8 +15,8 @@ from fr_otel.errors import ArchiveError
 from fr_otel.report.build import build_report
 from fr_otel.report.html import render_html
 from fr_otel.sim import FAULT_KINDS, FleetSpec, simulate, write_fleet
-from tests.browser.conftest import OpenedPage
-from tests.conftest import fr_dump, fr_entry, write_pickle
+from tests.browser.pages import OpenedPage
+from tests.fr_dumps import fr_dump, fr_entry, write_pickle
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 GLOO = sorted(p for p in DATA.glob("gloo_*") if (p / "scenario.json").is_file())

@@ -1,4 +1,4 @@
-"""The report's small defects (issue 14, item 11), each checked in headless Chromium:
+"""The report's small defects, each checked in headless Chromium:
 findings numbered once, position counts that agree with the grid shown, no tooltip left
 over from another view, a healthy report opened at its newest columns, row labels that
 never overlap (1,024 ranks), and summaries that agree in number."""
@@ -15,8 +15,8 @@ import pytest
 from fr_otel.report.build import build_report
 from fr_otel.report.html import render_html
 from fr_otel.sim import FleetSpec, simulate, write_fleet
-from tests.browser.conftest import OpenedPage
-from tests.conftest import fr_dump, fr_entry, write_pickle
+from tests.browser.pages import OpenedPage
+from tests.fr_dumps import fr_dump, fr_entry, write_pickle
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

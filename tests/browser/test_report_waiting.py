@@ -11,7 +11,7 @@ from typing import Any
 from fr_otel.report.build import build_report
 from fr_otel.report.html import render_html
 from fr_otel.sim import FleetSpec, simulate, write_fleet
-from tests.browser.conftest import OpenedPage
+from tests.browser.pages import OpenedPage
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RED = (214, 39, 40)

@@ -10,7 +10,7 @@ from fr_otel.analysis import analyze
 from fr_otel.archive import import_dumps
 from fr_otel.cli import main
 from fr_otel.errors import ArchiveError
-from tests.conftest import fr_dump, fr_entry, write_pickle
+from tests.fr_dumps import fr_dump, fr_entry, write_pickle
 
 CONFIG3 = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}
 

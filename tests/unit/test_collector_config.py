@@ -1,5 +1,5 @@
 """collector-config/: every Collector config is valid for the pinned release, as far as
-can be checked without a Collector binary (reference §1.7).
+can be checked without a Collector binary.
 
 The component types and their config keys are data with their sources
 (collector-config/schema/components.yaml, keys.yaml). Span attribute names come from
@@ -380,7 +380,7 @@ def test_sending_queues_pass_the_exporterhelper_validation(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_requests_to_jaeger_and_tempo_stay_under_4_mib(name: str) -> None:
-    """Jaeger's OTLP receiver keeps gRPC's 4 MiB default (reference §2): batch by bytes."""
+    """Jaeger's OTLP receiver keeps gRPC's 4 MiB default: batch by bytes."""
     for component, body in _defined(CONFIGS[name], "exporters").items():
         if type_of(component) == "otlp_grpc" and component.split("/")[-1] in ("jaeger", "tempo"):
             batch = body["sending_queue"]["batch"]

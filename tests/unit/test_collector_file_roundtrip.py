@@ -6,7 +6,7 @@ The file exporter's ``format: json`` without compression writes each batch it re
 one line: the ``ExportTraceServiceRequest`` as OTLP JSON (pdata's JSON marshaler: hex ids,
 enums as integers, 64-bit integers as decimal strings, lowerCamelCase keys), then ``\\n``.
 Rotation renames the full file to ``<stem>-<UTC time as 2006-01-02T15-04-05.000><ext>`` and
-starts a new one (reference §1.4). ``fr_otel.otel.jsonfile`` writes the same lines.
+starts a new one. ``fr_otel.otel.jsonfile`` writes the same lines.
 
 Both namings import: collector-config's ``spans.jsonl`` (the OTLP file spec's preferred
 extension) and the file exporter's usual ``data.json``.
@@ -30,7 +30,7 @@ from fr_otel.cli import main
 from fr_otel.otel.encode import encode_requests
 from fr_otel.otel.jsonfile import to_otlp_json, write_otlp_json
 from fr_otel.schema import COLUMNS
-from tests.conftest import SPAN_CARRIED, SPAN_NOT_CARRIED
+from tests.rows import SPAN_CARRIED, SPAN_NOT_CARRIED
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

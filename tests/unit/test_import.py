@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from fr_otel.archive import import_dumps
 from fr_otel.cli.import_cmd import import_
-from tests.conftest import fr_dump, fr_entry, two_rank_dumps, write_json, write_pickle
+from tests.fr_dumps import fr_dump, fr_entry, two_rank_dumps, write_json, write_pickle
 
 
 def _rows(archive: Path, where: str = "true") -> list[tuple[object, ...]]:

@@ -12,7 +12,7 @@ import pytest
 from fr_otel.archive import import_dumps
 from fr_otel.archive.manifest import read_manifest
 from fr_otel.cli import main
-from tests.conftest import fr_dump, fr_entry, write_pickle
+from tests.fr_dumps import fr_dump, fr_entry, write_pickle
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HOUR_NS = 3600 * 10**9

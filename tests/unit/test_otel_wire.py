@@ -25,6 +25,7 @@ from fr_otel.otel.encode import MAX_REQUEST_BYTES, encode_requests
 from fr_otel.otel.wire import encode_requests_fast
 from fr_otel.schema import RECORD_SCHEMA, empty_table
 from fr_otel.sim import FleetSpec, simulate, write_fleet
+from tests.rows import canonical_row, canonical_table
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 INT64_MAX = 2**63 - 1
@@ -187,61 +188,25 @@ def test_row_order_and_chunking_of_the_table_do_not_matter(fleets: dict[str, pa.
 # --- edge cases -----------------------------------------------------------------------
 
 
-def _row(**values: Any) -> dict[str, Any]:
-    """A complete canonical row: a completed nccl all_reduce, with ``values`` over it."""
-    row: dict[str, Any] = dict.fromkeys(RECORD_SCHEMA.names)
-    row.update(
-        job="job",
-        incident="inc",
-        rank=0,
-        pg_id=0,
-        pg_name="0",
-        pg_desc="default_pg",
-        pg_ranks=[0, 1],
-        pg_ranks_inferred=False,
-        record_id=0,
-        collective_seq_id=1,
-        p2p_seq_id=0,
-        backend="nccl",
-        op="all_reduce",
-        input_sizes=[[4, 8]],
-        output_sizes=[[4, 8]],
-        input_dtypes=["Float"],
-        output_dtypes=["Float"],
-        state="completed",
-        time_created_ns=1_700_000_000_000_000_000,
-        time_started_ns=1_700_000_000_000_000_100,
-        time_completed_ns=1_700_000_000_000_000_200,
-        retired=True,
-        timeout_ms=600_000,
-        is_p2p=False,
-        call_site="/job/train.py:21 in train_step",
-        dump_time_ns=1_700_000_000_100_000_000,
-        source_format="simulator",
-    )
-    row.update(values)
-    return row
-
-
-def _table(rows: list[dict[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA)
-
-
 NULLABLE = [f.name for f in RECORD_SCHEMA if f.nullable]
 
 EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
-    "every_nullable_column_null": [_row(record_id=1, **dict.fromkeys(NULLABLE))],
+    "every_nullable_column_null": [canonical_row(record_id=1, **dict.fromkeys(NULLABLE))],
     "p2p": [
-        _row(record_id=1, op="send", is_p2p=True, peer=1, p2p_seq_id=5, collective_seq_id=3),
+        canonical_row(
+            record_id=1, op="send", is_p2p=True, peer=1, p2p_seq_id=5, collective_seq_id=3
+        ),
         # a recv is p2p by its op, whatever is_p2p says; no p2p sequence number
-        _row(record_id=2, op="recv", is_p2p=None, peer=0, p2p_seq_id=None),
+        canonical_row(record_id=2, op="recv", is_p2p=None, peer=0, p2p_seq_id=None),
         # the coalesced trailer: p2p by flag only, not done
-        _row(record_id=3, op="coalesced", is_p2p=True, p2p_seq_id=6, state="scheduled"),
+        canonical_row(record_id=3, op="coalesced", is_p2p=True, p2p_seq_id=6, state="scheduled"),
         # p2p with a null collective_seq_id
-        _row(record_id=4, op="send", collective_seq_id=None, p2p_seq_id=7, state="started"),
+        canonical_row(
+            record_id=4, op="send", collective_seq_id=None, p2p_seq_id=7, state="started"
+        ),
     ],
     "int64_extremes": [
-        _row(
+        canonical_row(
             rank=INT64_MAX,
             record_id=INT64_MAX,
             collective_seq_id=INT64_MAX,
@@ -254,7 +219,7 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
             pg_ranks=[INT64_MAX, INT64_MIN, 0],
             input_sizes=[[INT64_MAX, INT64_MIN]],
         ),
-        _row(
+        canonical_row(
             rank=-1,
             record_id=INT64_MIN,
             collective_seq_id=INT64_MIN,
@@ -267,7 +232,7 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
             time_completed_ns=0,
             dump_time_ns=0,
         ),
-        _row(
+        canonical_row(
             rank=-1,
             record_id=-7,
             op="send",
@@ -281,12 +246,12 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
         ),
         # varint lengths around every 7-bit boundary
         *(
-            _row(record_id=v, collective_seq_id=v + 1, rank=3)
+            canonical_row(record_id=v, collective_seq_id=v + 1, rank=3)
             for v in (127, 128, 16_383, 16_384, 2**21 - 1, 2**21, 2**28, 2**35, 2**56, 2**62)
         ),
     ],
     "unicode": [
-        _row(
+        canonical_row(
             job="作业-λ",
             incident="inc-é",
             pg_name="grüppe",
@@ -298,13 +263,13 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
             output_dtypes=["\x00nul"],
             call_site="/wörk/trän.py:12 in stép 🚀",
         ),
-        _row(job="作业-λ", record_id=1, op="", pg_name="", state="", call_site="nowhere"),
+        canonical_row(job="作业-λ", record_id=1, op="", pg_name="", state="", call_site="nowhere"),
     ],
     "unfinished_work": [
         # retired without completing: timed out
-        _row(record_id=1, state="started", retired=True),
+        canonical_row(record_id=1, state="started", retired=True),
         # pending past its timeout
-        _row(
+        canonical_row(
             record_id=2,
             state="scheduled",
             retired=False,
@@ -313,7 +278,7 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
             dump_time_ns=1_002_000_000,
         ),
         # pending exactly its timeout: timed out
-        _row(
+        canonical_row(
             record_id=13,
             state="started",
             retired=False,
@@ -322,9 +287,9 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
             dump_time_ns=1_001_000_000,
         ),
         # pending, not yet past it
-        _row(record_id=3, state="started", retired=False, timeout_ms=10_000),
+        canonical_row(record_id=3, state="started", retired=False, timeout_ms=10_000),
         # no timeout, no dump time, no creation time, no state
-        _row(
+        canonical_row(
             record_id=4,
             state=None,
             retired=None,
@@ -332,32 +297,42 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
             dump_time_ns=None,
             time_created_ns=None,
         ),
-        _row(record_id=5, state="started", retired=False, timeout_ms=None, dump_time_ns=None),
+        canonical_row(
+            record_id=5, state="started", retired=False, timeout_ms=None, dump_time_ns=None
+        ),
         # gloo: retired is its completion (zero-length span without a completion time)
-        _row(record_id=6, backend="gloo", state="scheduled", retired=True, time_completed_ns=None),
-        _row(record_id=7, backend="gloo", state="scheduled", retired=False),
+        canonical_row(
+            record_id=6, backend="gloo", state="scheduled", retired=True, time_completed_ns=None
+        ),
+        canonical_row(record_id=7, backend="gloo", state="scheduled", retired=False),
         # completed before it was created (clock skew): ends where it starts
-        _row(record_id=8, time_completed_ns=1_600_000_000_000_000_000),
+        canonical_row(record_id=8, time_completed_ns=1_600_000_000_000_000_000),
         # created at 0: start omitted; completed at 0 too
-        _row(record_id=9, time_created_ns=0, time_completed_ns=5),
-        _row(record_id=10, time_created_ns=0, time_completed_ns=0),
-        _row(record_id=11, time_created_ns=5, time_completed_ns=None),
-        _row(record_id=14, time_created_ns=0, time_completed_ns=1),
-        _row(record_id=15, time_created_ns=0, state="started", dump_time_ns=-1, retired=False),
-        _row(record_id=12, state="started", dump_time_ns=-5, retired=False),
+        canonical_row(record_id=9, time_created_ns=0, time_completed_ns=5),
+        canonical_row(record_id=10, time_created_ns=0, time_completed_ns=0),
+        canonical_row(record_id=11, time_created_ns=5, time_completed_ns=None),
+        canonical_row(record_id=14, time_created_ns=0, time_completed_ns=1),
+        canonical_row(
+            record_id=15, time_created_ns=0, state="started", dump_time_ns=-1, retired=False
+        ),
+        canonical_row(record_id=12, state="started", dump_time_ns=-5, retired=False),
     ],
     "lists": [
-        _row(record_id=1, pg_ranks=[], input_sizes=[], output_sizes=[[]], input_dtypes=[]),
-        _row(record_id=2, pg_ranks=[3, 1, 2], input_sizes=[[1, None], None], output_sizes=None),
-        _row(record_id=3, pg_ranks=[None], input_dtypes=[None, "Float"], output_dtypes=None),
-        _row(record_id=4, pg_ranks=None, input_sizes=[[]], output_sizes=[]),
-        _row(
+        canonical_row(record_id=1, pg_ranks=[], input_sizes=[], output_sizes=[[]], input_dtypes=[]),
+        canonical_row(
+            record_id=2, pg_ranks=[3, 1, 2], input_sizes=[[1, None], None], output_sizes=None
+        ),
+        canonical_row(
+            record_id=3, pg_ranks=[None], input_dtypes=[None, "Float"], output_dtypes=None
+        ),
+        canonical_row(record_id=4, pg_ranks=None, input_sizes=[[]], output_sizes=[]),
+        canonical_row(
             record_id=5, pg_ranks=[1, 2, 3], input_sizes=[[2, 3], [1]], output_sizes=[[2], [3, 1]]
         ),
-        _row(record_id=6, pg_ranks=[0, 1], input_sizes=[[0, 1]], output_sizes=[[0], [1]]),
+        canonical_row(record_id=6, pg_ranks=[0, 1], input_sizes=[[0, 1]], output_sizes=[[0], [1]]),
     ],
     "call_sites": [
-        _row(record_id=i, call_site=text)
+        canonical_row(record_id=i, call_site=text)
         for i, text in enumerate(
             [
                 "",
@@ -374,25 +349,25 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
     ],
     # a span over 2**14 bytes: its length takes a 3-byte varint
     "huge_span": [
-        _row(record_id=1, call_site="/job/" + "x" * 20_000 + ".py:3 in f"),
-        _row(record_id=2),
+        canonical_row(record_id=1, call_site="/job/" + "x" * 20_000 + ".py:3 in f"),
+        canonical_row(record_id=2),
     ],
     "ranks_jobs_and_duplicates_unsorted": [
-        _row(job="b", rank=1, record_id=5, collective_seq_id=50),
-        _row(job="a", rank=2, record_id=1, collective_seq_id=10),
-        _row(job="b", rank=0, record_id=9, collective_seq_id=90),
+        canonical_row(job="b", rank=1, record_id=5, collective_seq_id=50),
+        canonical_row(job="a", rank=2, record_id=1, collective_seq_id=10),
+        canonical_row(job="b", rank=0, record_id=9, collective_seq_id=90),
         # the same (job, rank, record_id) twice: table order is kept (stable sort)
-        _row(job="a", rank=2, record_id=0, op="broadcast"),
-        _row(job="a", rank=2, record_id=0, op="all_gather"),
-        _row(job="a", rank=1, record_id=3, pg_name="7", pg_desc="mesh_tp"),
-        _row(job="B", rank=0, record_id=0),
+        canonical_row(job="a", rank=2, record_id=0, op="broadcast"),
+        canonical_row(job="a", rank=2, record_id=0, op="all_gather"),
+        canonical_row(job="a", rank=1, record_id=3, pg_name="7", pg_desc="mesh_tp"),
+        canonical_row(job="B", rank=0, record_id=0),
     ],
 }
 
 
 @pytest.mark.parametrize("case", sorted(EDGE_ROWS))
 def test_edge_cases(case: str) -> None:
-    table = _table(EDGE_ROWS[case])
+    table = canonical_table(EDGE_ROWS[case])
     got = _assert_same(table)
     assert _spans(got) == table.num_rows
     _assert_same(table, max_bytes=700)  # a request per span or two, across resources
@@ -400,7 +375,7 @@ def test_edge_cases(case: str) -> None:
 
 def test_call_site_with_a_non_ascii_digit_line_fails_alike() -> None:
     """``"²3".isdigit()`` is true but ``int("²3")`` raises: both encoders raise the same."""
-    table = _table([_row(call_site="x.py:²3 in f")])
+    table = canonical_table([canonical_row(call_site="x.py:²3 in f")])
     with pytest.raises(ValueError):
         list(encode_requests(table))
     with pytest.raises(ValueError):
@@ -501,7 +476,7 @@ def test_all_edge_rows_together_and_as_dictionary_columns() -> None:
     rows = [
         row for case, case_rows in EDGE_ROWS.items() if case != "call_sites" for row in case_rows
     ]
-    table = _table(rows)
+    table = canonical_table(rows)
     _assert_same(table)
     _assert_same(table, max_bytes=2_000)
     # strings read back from Parquet or IPC may arrive dictionary-encoded
@@ -512,7 +487,7 @@ def test_all_edge_rows_together_and_as_dictionary_columns() -> None:
 
 
 def test_a_negative_creation_time_is_refused_like_protobuf_does() -> None:
-    table = _table([_row(time_created_ns=-1)])
+    table = canonical_table([canonical_row(time_created_ns=-1)])
     with pytest.raises(ValueError):
         list(encode_requests(table))
     with pytest.raises(ValueError):
@@ -521,7 +496,7 @@ def test_a_negative_creation_time_is_refused_like_protobuf_does() -> None:
 
 @pytest.mark.parametrize("column", ["job", "rank", "record_id"])
 def test_a_span_needs_job_rank_and_record_id(column: str) -> None:
-    table = _table([_row(**{column: None})])
+    table = canonical_table([canonical_row(**{column: None})])
     with pytest.raises(ValueError, match=column):
         list(encode_requests_fast(table))
 

@@ -25,7 +25,7 @@ from fr_otel.otel.otlp_import import (
 )
 from fr_otel.schema import RECORD_SCHEMA
 from fr_otel.sim import FleetSpec, simulate, write_fleet
-from tests.conftest import SPAN_CARRIED, SPAN_NOT_CARRIED
+from tests.rows import SPAN_CARRIED, SPAN_NOT_CARRIED
 
 GLOO = Path(__file__).resolve().parents[1] / "data" / "gloo_size_mismatch"
 

@@ -10,7 +10,7 @@ import pytest
 from fr_otel.dumps.parse import decode_dump, dump_to_table, split_profiling_name
 from fr_otel.errors import DumpError
 from fr_otel.schema import RECORD_SCHEMA
-from tests.conftest import FRAMES, as_json_bytes, fr_dump, fr_entry
+from tests.fr_dumps import FRAMES, as_json_bytes, fr_dump, fr_entry
 
 
 def _table(data: bytes, rank: int = 0) -> pa.Table:

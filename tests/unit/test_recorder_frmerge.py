@@ -16,7 +16,7 @@ from fr_otel.recorder.frmerge import fr_states, merge_gpu_state
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature
 from fr_otel.recorder.slot import COMPLETED, SCHEDULED
 from fr_otel.recorder.table import ring_table
-from tests.conftest import fr_dump, fr_entry
+from tests.fr_dumps import fr_dump, fr_entry
 
 GROUP = GroupInfo(name="0", desc="default_pg", ranks=(0, 1), backend="nccl", timeout_ms=600_000)
 

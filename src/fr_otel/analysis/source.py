@@ -21,6 +21,7 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 
+from fr_otel.analysis.sqlfiles import prepare
 from fr_otel.archive.layout import Writer, partition_dir, writers
 from fr_otel.archive.manifest import Manifest, read_manifest
 from fr_otel.errors import ArchiveError, DumpError, IncidentChoiceError
@@ -323,6 +324,7 @@ def register_archive(
         for name in RECORD_SCHEMA.names
     ]
     connection.execute(f"CREATE OR REPLACE VIEW src AS SELECT {', '.join(columns)} FROM src_files")
+    prepare(connection)  # the rules queries over src share (entry_p2p, entry_done)
     return checked
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 
+from fr_otel.schema import ENTRY_MACROS
 from fr_otel.stacks import LIBRARY_FRAME_PATTERN
 
 _PARAM = re.compile(r"\$([a-z_]+)")
@@ -61,8 +62,17 @@ def statements(name: str) -> list[str]:
     ]
 
 
+def prepare(connection: duckdb.DuckDBPyConnection) -> None:
+    """Create the rules every query over canonical rows shares (``schema.ENTRY_MACROS``:
+    ``entry_p2p``, ``entry_done``) in ``connection``. Temporary, so each connection (a
+    cursor too) makes its own: ``register_archive`` and ``run_file`` call this."""
+    for statement in ENTRY_MACROS:
+        connection.execute(statement)
+
+
 def run_file(connection: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> None:
     """Execute every statement of ``sql/<name>``, binding the ``$name`` parameters it uses."""
+    prepare(connection)
     values = {**CONSTANTS, **params}
     for statement in statements(name):
         used = {key: values[key] for key in _PARAM.findall(statement)}

@@ -32,11 +32,10 @@ WITH per_instance AS (
         mode(op) AS op,
         list(DISTINCT rank ORDER BY rank) AS joined,
         count(DISTINCT op) > 1 AS ops_differ,
-        bool_and(state = 'completed' OR (backend = 'gloo' AND coalesce(retired, false)))
-            AS completed,
+        bool_and(entry_done(state, backend, retired)) AS completed,
         min(time_created_ns) AS first_created_ns
     FROM entries
-    WHERE NOT coalesce(is_p2p, false) AND op NOT IN ('send', 'recv', 'coalesced')
+    WHERE NOT entry_p2p(is_p2p, op) AND op <> 'coalesced'
     GROUP BY job, incident, pg_name, list_sort(pg_ranks), collective_seq_id
 )
 SELECT *, list_filter(pg_ranks, lambda r: NOT list_contains(joined, r)) AS not_joined

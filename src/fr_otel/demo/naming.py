@@ -1,7 +1,7 @@
 """Where each rank's dump goes, under the file-naming conventions real jobs use.
 
-The names mirror what torch and its users write (reference §2.2, §2.5), so that the dump
-discovery code is exercised on every layout found in the wild:
+The names mirror what torch and its users write, so that the dump discovery code is
+exercised on every layout found in the wild:
 
 * ``torch_default``: ``comm_lib_trace_rank_<N>``, torch 2.13's default
   ``TORCH_FR_DUMP_TEMP_FILE`` prefix plus the global rank.

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fr_otel.sim.spec import FAULT_KINDS
+
 #: ``group_desc`` of the subgroup made of ranks ``0 .. world-2``.
 FRONT_GROUP = "front_group"
 #: ``group_desc`` of the subgroup made of ranks ``1 .. world-1``.
@@ -35,18 +37,6 @@ DEFAULT_PG = "default_pg"
 WARMUP_DEFAULT_OPS = 6
 #: Collectives each member issues in ``front_group`` / ``back_group`` during the warm-up.
 WARMUP_SUBGROUP_OPS = 2
-
-#: The fault-kind vocabulary shared with the analysis code.
-KINDS = (
-    "none",
-    "skipped_collective",
-    "missing_rank",
-    "op_type_mismatch",
-    "size_mismatch",
-    "dtype_mismatch",
-    "all_to_all_splits",
-    "reordered_collectives",
-)
 
 #: Smallest and largest world a scenario may run with. Three ranks is the least that gives a
 #: majority against one culprit; more than eight only slows a 2-core machine down.
@@ -71,10 +61,14 @@ class Scenario:
     pg_desc: str | None
     collective_seq_id: int | None
     expected_kind: str
+    """The fault injected, named as the simulator names its faults (``fr_otel.sim.FAULT_KINDS``:
+    one vocabulary for simulated and real faults). The analysis reports it as the finding
+    kind of the same name, except ``all_to_all_splits`` (a ``size_mismatch``); ``none`` is a
+    healthy job."""
 
     def __post_init__(self) -> None:
-        if self.expected_kind not in KINDS:
-            raise ValueError(f"expected_kind {self.expected_kind!r} is not one of {KINDS}")
+        if self.expected_kind not in FAULT_KINDS:
+            raise ValueError(f"expected_kind {self.expected_kind!r} is not one of {FAULT_KINDS}")
         if not MIN_WORLD <= self.world <= MAX_WORLD:
             raise ValueError(f"world {self.world} is outside {MIN_WORLD}..{MAX_WORLD}")
         if any(not 0 <= r < MIN_WORLD for r in self.culprit_ranks):

@@ -1,7 +1,7 @@
 """Process-group membership across a fleet of dumps.
 
 NCCL dumps carry each group's global ranks in ``pg_config``. gloo dumps do not (every
-group is recorded under the key ``''``, FR reference §1.7), and any dump may miss a
+group is recorded under the key ``''``), and any dump may miss a
 group that never created a communicator. For those groups membership is inferred from
 which ranks hold entries of that group name and marked ``pg_ranks_inferred``: a member
 that never issued any collective of the group, or whose dump is missing, cannot be seen.

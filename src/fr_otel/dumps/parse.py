@@ -2,9 +2,9 @@
 
 Handles both encodings torch writes (pickle from ``_dump_fr_trace``/``_dump_nccl_trace``,
 JSON from the ``*_json`` variants) and every format version from 2.3 to 2.10: a field a
-version lacks becomes null. The differences between the encodings (§1.6 of the FR
-reference) are normalised here: ``process_group`` tuple vs list, ``time_discovered_*``
-None vs 0, ``pg_status`` ints vs strings, ``entries`` omitted when empty.
+version lacks becomes null. The differences between the two encodings are normalised
+here: ``process_group`` tuple vs list, ``time_discovered_*`` None vs 0, ``pg_status`` ints
+vs strings, ``entries`` omitted when empty.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ _PROFILING_NAME = re.compile(
 _P2P_META = re.compile(r"^\s*(?P<me>\d+)\s*(?:->|<-)\s*(?P<peer>\d+)\s*$")
 _REQUIRED_ENTRY_KEYS = ("record_id", "process_group", "profiling_name")
 
-# Backends whose pg_config torch records wrongly (see FR reference §1.7): every gloo
-# group lands under the key '' with the ranks of whichever group was created last.
+# Backends whose pg_config torch records wrongly: every gloo group lands under the key
+# '' with the ranks of whichever group was created last.
 UNTRUSTED_PG_CONFIG_BACKENDS = frozenset({"gloo"})
 
 

@@ -7,7 +7,6 @@ cut to stay under a byte budget (gRPC's default limit is 4 MiB).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,38 +17,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from fr_otel import __version__
 from fr_otel.otel import model
+from fr_otel.otel.plan import SPAN_COLUMNS, SPAN_PLAN, SpanAttribute, error_message, error_type
+from fr_otel.schema import is_done_entry, is_p2p_entry
 
 MAX_REQUEST_BYTES = 3_500_000
 """Under gRPC's default 4 MiB message limit, with room for the request's envelope."""
-
-_COLUMNS = (
-    "job",
-    "incident",
-    "run_id",
-    "rank",
-    "pg_name",
-    "pg_desc",
-    "pg_ranks",
-    "record_id",
-    "collective_seq_id",
-    "p2p_seq_id",
-    "backend",
-    "op",
-    "peer",
-    "is_p2p",
-    "input_sizes",
-    "output_sizes",
-    "input_dtypes",
-    "output_dtypes",
-    "state",
-    "retired",
-    "time_created_ns",
-    "time_started_ns",
-    "time_completed_ns",
-    "dump_time_ns",
-    "timeout_ms",
-    "call_site",
-)
 
 
 def _value(value: Any) -> AnyValue:
@@ -64,30 +36,28 @@ def _value(value: Any) -> AnyValue:
     return AnyValue(string_value=str(value))
 
 
-def _kv(key: str, value: Any) -> KeyValue:
+def key_value(key: str, value: Any) -> KeyValue:
+    """One attribute: ``value`` as an ``AnyValue`` (bool, int, float, list, else text)."""
     return KeyValue(key=key, value=_value(value))
 
 
-def _call_site(text: str | None) -> list[KeyValue]:
-    """``file:line in function`` -> the semantic-convention ``code.*`` attributes."""
-    if not text:
-        return []
-    where, _, function = text.rpartition(" in ")
-    path, _, line = where.rpartition(":")
-    out = [_kv(model.CODE_FUNCTION, function), _kv(model.CODE_FILE, path)]
-    if line.isdigit():
-        out.append(_kv(model.CODE_LINE, int(line)))
-    return out
+def _compiled(*, p2p: bool) -> list[tuple[SpanAttribute, str, str, bool, bool]]:
+    """The attributes an entry that is (or is not) point-to-point carries, as tuples for
+    ``row_to_span``'s loop: it runs once per attribute of every span, where a method call
+    each costs a noticeable part of the encoding."""
+    return [
+        (a, a.column, a.key, a.form == "value", a.optional) for a in SPAN_PLAN if a.applies(p2p=p2p)
+    ]
 
 
-def _done(row: dict[str, Any]) -> bool:
-    # same rule as the analyzer: gloo's only completion signal is retirement
-    return row["state"] == "completed" or (row["backend"] == "gloo" and bool(row["retired"]))
+_PLAN = {True: _compiled(p2p=True), False: _compiled(p2p=False)}
 
 
 def row_to_span(row: dict[str, Any]) -> Span:
-    """One canonical row as an OTLP span."""
-    is_p2p = bool(row["is_p2p"]) or row["op"] in ("send", "recv")
+    """One canonical row as an OTLP span (its attributes: ``plan.SPAN_PLAN``)."""
+    if "run_id" not in row:  # a row from before runs had ids
+        row = {**row, "run_id": None}
+    is_p2p = is_p2p_entry(is_p2p=row["is_p2p"], op=row["op"])
     key = model.trace_key(
         job=row["job"],
         pg_name=row["pg_name"],
@@ -96,56 +66,34 @@ def row_to_span(row: dict[str, Any]) -> Span:
         is_p2p=is_p2p,
         rank=row["rank"],
         p2p_seq_id=row["p2p_seq_id"],
-        run_id=row.get("run_id"),
+        run_id=row["run_id"],
     )
     start = row["time_created_ns"] or 0
-    done = _done(row)
+    done = is_done_entry(state=row["state"], backend=row["backend"], retired=row["retired"])
     # Done: its completion (gloo records none: a zero-length span says "done, duration
     # unknown"). Not done: still in flight when the buffer was dumped.
     end = max((row["time_completed_ns"] if done else row["dump_time_ns"]) or start, start)
-    attributes = [
-        _kv(model.RANK, row["rank"]),
-        _kv(model.PG_NAME, row["pg_name"]),
-        _kv(model.OP, row["op"]),
-        _kv(model.STATE, row["state"] or ""),
-        _kv(model.RECORD_ID, row["record_id"]),
-        _kv(model.INCIDENT, row["incident"]),
-    ]
-    if row.get("run_id") is not None:
-        attributes.append(_kv(model.RUN_ID, row["run_id"]))
-    for name, column in (
-        (model.PG_DESC, "pg_desc"),
-        (model.BACKEND, "backend"),
-        (model.TIMEOUT_MS, "timeout_ms"),
-        (model.PEER, "peer"),
-        (model.INPUT_DTYPES, "input_dtypes"),
-        (model.OUTPUT_DTYPES, "output_dtypes"),
-    ):
-        if row[column] is not None:
-            attributes.append(_kv(name, row[column]))
-    if row["pg_ranks"] is not None:
-        attributes.append(_kv(model.PG_SIZE, len(row["pg_ranks"])))
-        attributes.append(_kv(model.PG_RANKS, list(row["pg_ranks"])))
-    if is_p2p:
-        if row["p2p_seq_id"] is not None:
-            attributes.append(_kv(model.P2P_SEQ_ID, row["p2p_seq_id"]))
-    elif row["collective_seq_id"] is not None:
-        attributes.append(_kv(model.COLLECTIVE_SEQ_ID, row["collective_seq_id"]))
-    # shapes are lists of lists, which attribute values cannot hold: JSON text
-    for name, column in ((model.INPUT_SIZES, "input_sizes"), (model.OUTPUT_SIZES, "output_sizes")):
-        if row[column] is not None:
-            attributes.append(_kv(name, json.dumps(row[column], separators=(",", ":"))))
-    attributes.extend(_call_site(row["call_site"]))
+    attributes: list[KeyValue] = []
+    append = attributes.append
+    for attribute, column, attribute_key, plain, optional in _PLAN[is_p2p]:
+        value = row[column]
+        if plain:  # SpanAttribute.pairs of a "value" attribute, inlined: most of them
+            if value is not None or not optional:
+                append(key_value(attribute_key, value))
+        else:
+            for name, pair_value in attribute.pairs(value):
+                append(key_value(name, pair_value))
     status = Status()
     if not done:
-        pending_ns = (row["dump_time_ns"] or start) - start
-        timeout_ns = (row["timeout_ms"] or 0) * 1_000_000
-        timed_out = bool(row["retired"]) or (timeout_ns and pending_ns >= timeout_ns)
-        kind = model.ERROR_TIMEOUT if timed_out else model.ERROR_NOT_COMPLETED
-        attributes.append(_kv(model.ERROR_TYPE, kind))
+        kind = error_type(
+            retired=row["retired"],
+            timeout_ms=row["timeout_ms"],
+            start_ns=start,
+            dump_time_ns=row["dump_time_ns"],
+        )
+        attributes.append(key_value(model.ERROR_TYPE, kind))
         status = Status(
-            code=Status.STATUS_CODE_ERROR,
-            message=f"{row['op']} never completed ({row['state']})",
+            code=Status.STATUS_CODE_ERROR, message=error_message(row["op"], row["state"])
         )
     return Span(
         trace_id=model.trace_id(key),
@@ -162,7 +110,7 @@ def row_to_span(row: dict[str, Any]) -> Span:
 def _resource(job: str, rank: int, extra: Mapping[str, str | int] | None) -> ResourceSpans:
     resource_spans = ResourceSpans()
     resource_spans.resource.attributes.extend(
-        [_kv(key, value) for key, value in model.resource_attributes(job, rank, extra)]
+        [key_value(key, value) for key, value in model.resource_attributes(job, rank, extra)]
     )
     return resource_spans
 
@@ -182,10 +130,11 @@ def encode_requests(
         name: table.column(name).to_pylist()
         if name in table.column_names
         else [None] * table.num_rows  # run_id, in an archive written before runs had ids
-        for name in _COLUMNS
+        for name in SPAN_COLUMNS
     }
     rows = [
-        dict(zip(_COLUMNS, values, strict=True)) for values in zip(*columns.values(), strict=True)
+        dict(zip(SPAN_COLUMNS, values, strict=True))
+        for values in zip(*columns.values(), strict=True)
     ]
     request = ExportTraceServiceRequest()
     size = 0

@@ -1,5 +1,8 @@
 """OTLP spans -> canonical rows: the inverse of ``fr_otel.otel.encode``, as far as it goes.
 
+Each attribute of the span plan (``plan.SPAN_PLAN``) is read back into its column; what
+the plan does not carry is rebuilt from the span's resource, times and status below.
+
 ``spans_to_table`` takes ``TracesData`` or ``ExportTraceServiceRequest`` messages (e.g. from
 ``read_otlp_json``) and rebuilds one ``RECORD_SCHEMA`` row per span that fr_otel wrote.
 Spans without ``fr_otel.rank`` or ``fr_otel.record_id`` (someone else's spans) are skipped
@@ -30,7 +33,6 @@ completion time of work the encoder counted as not done are not carried.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
 
 from fr_otel.otel import model
 from fr_otel.otel.jsonfile import read_otlp_json
-from fr_otel.schema import COLUMNS, RECORD_SCHEMA
+from fr_otel.otel.plan import SPAN_PLAN
+from fr_otel.schema import COLUMNS, RECORD_SCHEMA, is_p2p_entry
 
 SOURCE_FORMAT = "otlp"
 """``source_format`` of imported rows (to be listed in ``schema.SOURCE_FORMATS``)."""
@@ -76,39 +79,26 @@ def _attributes(items: Iterable[KeyValue]) -> dict[str, Any]:
     return {kv.key: _python(kv.value) for kv in items}
 
 
-def _sizes(text: Any) -> list[list[int]] | None:
-    if not isinstance(text, str):
-        return None
-    sizes: list[list[int]] = json.loads(text)
-    return sizes
-
-
-def _call_site(attrs: dict[str, Any]) -> str | None:
-    function = attrs.get(model.CODE_FUNCTION)
-    path = attrs.get(model.CODE_FILE)
-    line = attrs.get(model.CODE_LINE)
-    if function is None and path is None:
-        return None
-    where = f"{path or ''}:{line}" if line is not None else (path or "")
-    return f"{where} in {function or ''}"
-
-
 def _row(span: Span, resource: dict[str, Any]) -> dict[str, Any] | None:
     attrs = _attributes(span.attributes)
     rank, record_id = attrs.get(model.RANK), attrs.get(model.RECORD_ID)
     if not isinstance(rank, int) or not isinstance(record_id, int):
         return None
-    coll, p2p = attrs.get(model.COLLECTIVE_SEQ_ID), attrs.get(model.P2P_SEQ_ID)
-    op = attrs.get(model.OP) or span.name
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    # every column the plan writes an attribute from (a derived count carries nothing back)
+    for attribute in SPAN_PLAN:
+        if attribute.form != "count":
+            row[attribute.column] = attribute.read(attrs)
+    coll, p2p = row["collective_seq_id"], row["p2p_seq_id"]
+    op = row["op"] or span.name
     if p2p is not None or coll is not None:
         is_p2p = p2p is not None and coll is None
     else:  # neither sequence number: the encoder's own fallback rule
-        is_p2p = op in ("send", "recv")
-    state = attrs.get(model.STATE) or None
+        is_p2p = is_p2p_entry(is_p2p=None, op=op)
+    state = row["state"]
     start = span.start_time_unix_nano or None
     end = span.end_time_unix_nano or None
     done = span.status.code != Status.STATUS_CODE_ERROR
-    pg_ranks = attrs.get(model.PG_RANKS)
     error_type = attrs.get(model.ERROR_TYPE)
     # The encoder counts work as done when completed, or (gloo) retired; pending work that
     # was retired is a timeout. So: done but not completed -> retired; "not_completed" ->
@@ -118,34 +108,19 @@ def _row(span: Span, resource: dict[str, Any]) -> dict[str, Any] | None:
         retired = True
     elif not done and error_type == model.ERROR_NOT_COMPLETED:
         retired = False
-    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    pg_ranks = row["pg_ranks"]
     row.update(
         job=resource.get(model.JOB) or resource.get(model.SERVICE_NAME) or UNKNOWN,
-        incident=attrs.get(model.INCIDENT) or UNKNOWN,
-        run_id=attrs.get(model.RUN_ID),
-        rank=rank,
-        pg_name=attrs.get(model.PG_NAME) or "",
-        pg_desc=attrs.get(model.PG_DESC),
+        incident=row["incident"] or UNKNOWN,
+        pg_name=row["pg_name"] or "",
         pg_ranks=list(pg_ranks) if pg_ranks is not None else None,
         pg_ranks_inferred=False,
-        record_id=record_id,
-        collective_seq_id=coll,
-        p2p_seq_id=p2p,
-        backend=attrs.get(model.BACKEND),
         op=op,
-        peer=attrs.get(model.PEER),
         is_p2p=is_p2p,
-        input_sizes=_sizes(attrs.get(model.INPUT_SIZES)),
-        output_sizes=_sizes(attrs.get(model.OUTPUT_SIZES)),
-        input_dtypes=attrs.get(model.INPUT_DTYPES),
-        output_dtypes=attrs.get(model.OUTPUT_DTYPES),
-        state=state,
         time_created_ns=start,
         time_completed_ns=end if done and state == "completed" else None,
         retired=retired,
         dump_time_ns=None if done else end,
-        timeout_ms=attrs.get(model.TIMEOUT_MS),
-        call_site=_call_site(attrs),
         source_format=SOURCE_FORMAT,
     )
     return row

@@ -14,7 +14,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from fr_otel import __version__
 from fr_otel.analysis.findings import Analysis, Finding
 from fr_otel.otel import model
-from fr_otel.otel.encode import _kv
+from fr_otel.otel.encode import key_value
 
 
 def _trace_key(job: str, finding: Finding, run_id: str | None) -> bytes:
@@ -52,9 +52,9 @@ def verdict_spans(analysis: Analysis, run_id: str | None = None) -> ExportTraceS
     resource_spans = request.resource_spans.add()
     resource_spans.resource.attributes.extend(
         [
-            _kv(model.SERVICE_NAME, analysis.job),
-            _kv(model.SERVICE_INSTANCE_ID, f"{analysis.job}/{model.ANALYZER_INSTANCE}"),
-            _kv(model.JOB, analysis.job),
+            key_value(model.SERVICE_NAME, analysis.job),
+            key_value(model.SERVICE_INSTANCE_ID, f"{analysis.job}/{model.ANALYZER_INSTANCE}"),
+            key_value(model.JOB, analysis.job),
         ]
     )
     scope = resource_spans.scope_spans.add()
@@ -64,22 +64,22 @@ def verdict_spans(analysis: Analysis, run_id: str | None = None) -> ExportTraceS
         key = _trace_key(analysis.job, finding, run_id)
         when = finding.time_ns or 0
         attributes = [
-            _kv(model.FINDING_KIND, finding.kind),
-            _kv(model.FINDING_CULPRIT_RANKS, list(finding.culprit_ranks)),
-            _kv(model.FINDING_SUMMARY, finding.summary),
-            _kv(model.FINDING_ROOT_CAUSE, index == analysis.root_cause),
-            _kv(model.FINDING_INDEX, index),
-            _kv(model.PG_NAME, finding.group.name),
-            _kv(model.INCIDENT, analysis.incident),
+            key_value(model.FINDING_KIND, finding.kind),
+            key_value(model.FINDING_CULPRIT_RANKS, list(finding.culprit_ranks)),
+            key_value(model.FINDING_SUMMARY, finding.summary),
+            key_value(model.FINDING_ROOT_CAUSE, index == analysis.root_cause),
+            key_value(model.FINDING_INDEX, index),
+            key_value(model.PG_NAME, finding.group.name),
+            key_value(model.INCIDENT, analysis.incident),
         ]
         if finding.group.desc:
-            attributes.append(_kv(model.PG_DESC, finding.group.desc))
+            attributes.append(key_value(model.PG_DESC, finding.group.desc))
         if finding.collective_seq_id is not None:
-            attributes.append(_kv(model.COLLECTIVE_SEQ_ID, finding.collective_seq_id))
+            attributes.append(key_value(model.COLLECTIVE_SEQ_ID, finding.collective_seq_id))
         if finding.op:
-            attributes.append(_kv(model.OP, finding.op))
+            attributes.append(key_value(model.OP, finding.op))
         if finding.consequence_of is not None:
-            attributes.append(_kv(model.FINDING_CONSEQUENCE_OF, finding.consequence_of))
+            attributes.append(key_value(model.FINDING_CONSEQUENCE_OF, finding.consequence_of))
         scope.spans.append(
             Span(
                 trace_id=model.trace_id(key),

@@ -12,11 +12,13 @@ How it stays fast (under 3 µs a span against the SDK's 120-150, see
   Arrow (list columns included), and the codes of every column that does not change
   from span to span (group, op, state, shapes, dtypes, call site, peer, ...) are
   combined into one "block" code per row. Each distinct block becomes attribute bytes
-  once, from one representative row, by the rules of ``encode.row_to_span``, and stays
-  cached across calls (continuous mode encodes the same few blocks every pass).
-- What differs per span (record id, sequence number, times, error type) is written a
-  column at a time with Arrow kernels: varints from lookup tables, fixed64 from the
-  int64 buffer itself, each span's bytes but its ids joined row-wise.
+  once, from one representative row, by the span plan (``plan.SPAN_PLAN``, which
+  ``encode.row_to_span`` follows too), and stays cached across calls (continuous mode
+  encodes the same few blocks every pass).
+- What differs per span (the plan's per-span attributes: record id, sequence number; the
+  times; the error type) is written a column at a time with Arrow kernels: varints from
+  lookup tables, fixed64 from the int64 buffer itself, each span's bytes but its ids
+  joined row-wise. The plan's shared attributes are segments of bytes around them.
 - The one per-row Python loop hashes the two ids (``model.trace_id``/``span_id``). The
   spans are then joined in Arrow into one buffer, and a request is slices of it behind
   their ranks' headers, cut at the same byte budget (found by bisection, not span by span).
@@ -28,8 +30,8 @@ holds both to that.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import json
 import struct
 import sys
 from array import array
@@ -45,40 +47,25 @@ import pyarrow.compute as pc
 from fr_otel import __version__
 from fr_otel.otel import model
 from fr_otel.otel.encode import MAX_REQUEST_BYTES
+from fr_otel.otel.plan import (
+    ID_COLUMNS,
+    SPAN_COLUMNS,
+    SPAN_PLAN,
+    TIME_COLUMNS,
+    SpanAttribute,
+    error_message,
+    error_type,
+)
+from fr_otel.schema import is_done_entry, is_p2p_entry
 
 __all__ = ["encode_requests_fast"]
 
+# The per-span values: the ids' per-span part, the plan's per-span attributes, the times.
+_ROW_COLUMNS = tuple(
+    dict.fromkeys([*ID_COLUMNS, *(a.column for a in SPAN_PLAN if a.per_span), *TIME_COLUMNS])
+)
 # The constant per block: the columns whose values are identical for many spans.
-_BLOCK_COLUMNS = (
-    "job",
-    "incident",
-    "run_id",
-    "rank",
-    "pg_name",
-    "pg_desc",
-    "pg_ranks",
-    "backend",
-    "op",
-    "peer",
-    "is_p2p",
-    "input_sizes",
-    "output_sizes",
-    "input_dtypes",
-    "output_dtypes",
-    "state",
-    "retired",
-    "timeout_ms",
-    "call_site",
-)
-# The per-span values.
-_ROW_COLUMNS = (
-    "record_id",
-    "collective_seq_id",
-    "p2p_seq_id",
-    "time_created_ns",
-    "time_completed_ns",
-    "dump_time_ns",
-)
+_BLOCK_COLUMNS = tuple(c for c in SPAN_COLUMNS if c not in _ROW_COLUMNS)
 _SORT_KEYS = (("job", "ascending"), ("rank", "ascending"), ("record_id", "ascending"))
 _MASK64 = (1 << 64) - 1
 _INT64_MIN = -(1 << 63)
@@ -160,9 +147,43 @@ def _int_attribute_prefixes(key: str) -> list[bytes]:
     return out
 
 
-_RECORD_ID = _int_attribute_prefixes(model.RECORD_ID)
-_COLLECTIVE_SEQ_ID = _int_attribute_prefixes(model.COLLECTIVE_SEQ_ID)
-_P2P_SEQ_ID = _int_attribute_prefixes(model.P2P_SEQ_ID)
+@dataclass(frozen=True, kw_only=True)
+class _Slot:
+    """Where a per-span attribute goes between the shared ones: one attribute, or a
+    point-to-point one and a collective one (each span carries the one that applies)."""
+
+    always: SpanAttribute | None = None
+    p2p: SpanAttribute | None = None
+    collective: SpanAttribute | None = None
+
+
+def _layout() -> tuple[list[_Slot], list[tuple[int, SpanAttribute]]]:
+    """``SPAN_PLAN`` cut at its per-span attributes: the slots, and each shared attribute
+    with its segment (segment i comes before slot i, the last one after every slot)."""
+    slots: list[_Slot] = []
+    shared: list[tuple[int, SpanAttribute]] = []
+    pair_open = False  # the last slot holds half of a point-to-point/collective pair
+    for attribute in SPAN_PLAN:
+        if not attribute.per_span:
+            shared.append((len(slots), attribute))
+            pair_open = False
+        elif attribute.only is None:
+            slots.append(_Slot(always=attribute))
+            pair_open = False
+        elif pair_open and getattr(slots[-1], attribute.only) is None:
+            slots[-1] = dataclasses.replace(slots[-1], **{attribute.only: attribute})
+            pair_open = False
+        else:
+            slots.append(_Slot(**{attribute.only: attribute}))
+            pair_open = True
+    return slots, shared
+
+
+_SLOTS, _SHARED = _layout()
+_PER_SPAN = [a for a in SPAN_PLAN if a.per_span]
+"""Per-span attributes in plan order: ``_int_prefix_table`` holds 11 prefixes for each."""
+_PREFIX_BASE = {a.key: 11 * i for i, a in enumerate(_PER_SPAN)}
+"""Where each per-span attribute's prefixes start in ``_int_prefix_table``."""
 _ERROR_TIMEOUT = _attribute(model.ERROR_TYPE, model.ERROR_TIMEOUT)
 _ERROR_NOT_COMPLETED = _attribute(model.ERROR_TYPE, model.ERROR_NOT_COMPLETED)
 _STATUS_UNSET = b"\x7a\x00"  # row_to_span always sets status: present, even when empty
@@ -289,15 +310,12 @@ class _Block:
     is_p2p: bool
     done: bool
     retired: bool
-    timeout_ns: int
+    timeout_ms: int | None
     name_kind: bytes
     """``name`` (5) and ``kind`` (6)."""
-    attrs_head: bytes
-    """Attributes before the record id."""
-    attrs_middle: bytes
-    """Attributes between the record id and the sequence number."""
-    attrs_tail: bytes
-    """Attributes after the sequence number, before ``error.type``."""
+    segments: tuple[bytes, ...]
+    """The shared attributes: segment i before the per-span attribute of slot i, the last
+    one before ``error.type``."""
     error_status: bytes
     """``status`` (15) for a span that never completed."""
 
@@ -315,18 +333,6 @@ def _resource(job: str, rank: int, extra: Mapping[str, str | int] | None) -> _Re
         scope_body += _field(0x12, __version__.encode())
     scope = _field(0x0A, scope_body)
     return _Resource(resource, scope, len(resource) + len(_field(0x12, scope)))
-
-
-def _call_site(text: str | None) -> bytes:
-    """``file:line in function`` -> the ``code.*`` attributes, as ``encode._call_site``."""
-    if not text:
-        return b""
-    where, _, function = text.rpartition(" in ")
-    path, _, line = where.rpartition(":")
-    out = _attribute(model.CODE_FUNCTION, function) + _attribute(model.CODE_FILE, path)
-    if line.isdigit():
-        out += _attribute(model.CODE_LINE, int(line))
-    return out
 
 
 _BLOCKS: dict[tuple[str, tuple[tuple[str, str | int], ...]], _Block] = {}
@@ -362,8 +368,8 @@ def _cached_resource(job: str, rank: int, extra: tuple[tuple[str, str | int], ..
 def _block(row: dict[str, Any], extra: tuple[tuple[str, str | int], ...]) -> _Block:
     """The shared part of ``encode.row_to_span`` for one representative row."""
     job, rank, op, state = row["job"], row["rank"], row["op"], row["state"]
-    is_p2p = bool(row["is_p2p"]) or op in ("send", "recv")
-    done = state == "completed" or (row["backend"] == "gloo" and bool(row["retired"]))
+    is_p2p = is_p2p_entry(is_p2p=row["is_p2p"], op=op)
+    done = is_done_entry(state=state, backend=row["backend"], retired=row["retired"])
     # the trace key up to its per-span part: its tail is "coll\0<seq>" or "p2p\0<rank>\0<seq>"
     key = model.trace_key(
         job=job,
@@ -378,30 +384,12 @@ def _block(row: dict[str, Any], extra: tuple[tuple[str, str | int], ...]) -> _Bl
     tail = "coll\x00None"
     if not key.endswith(tail):
         raise AssertionError(f"unexpected trace key layout: {key!r}")
-    head = _attribute(model.RANK, rank) + _attribute(model.PG_NAME, row["pg_name"])
-    head += _attribute(model.OP, op) + _attribute(model.STATE, state or "")
-    middle = _attribute(model.INCIDENT, row["incident"])
-    if row["run_id"] is not None:
-        middle += _attribute(model.RUN_ID, row["run_id"])
-    for name, column in (
-        (model.PG_DESC, "pg_desc"),
-        (model.BACKEND, "backend"),
-        (model.TIMEOUT_MS, "timeout_ms"),
-        (model.PEER, "peer"),
-        (model.INPUT_DTYPES, "input_dtypes"),
-        (model.OUTPUT_DTYPES, "output_dtypes"),
-    ):
-        if row[column] is not None:
-            middle += _attribute(name, row[column])
-    if row["pg_ranks"] is not None:
-        middle += _attribute(model.PG_SIZE, len(row["pg_ranks"]))
-        middle += _attribute(model.PG_RANKS, list(row["pg_ranks"]))
-    attrs_tail = b""
-    for name, column in ((model.INPUT_SIZES, "input_sizes"), (model.OUTPUT_SIZES, "output_sizes")):
-        if row[column] is not None:
-            attrs_tail += _attribute(name, json.dumps(row[column], separators=(",", ":")))
-    attrs_tail += _call_site(row["call_site"])
-    message = f"{op} never completed ({state})".encode()
+    segments = [b""] * (len(_SLOTS) + 1)
+    for index, attribute in _SHARED:
+        if attribute.applies(p2p=is_p2p):
+            for name, value in attribute.pairs(row[attribute.column]):
+                segments[index] += _attribute(name, value)
+    message = error_message(op, state).encode()
     error_status = _field(0x7A, _field(0x12, message) + _STATUS_ERROR_CODE)
     return _Block(
         resource=_cached_resource(job, rank, extra),
@@ -410,11 +398,9 @@ def _block(row: dict[str, Any], extra: tuple[tuple[str, str | int], ...]) -> _Bl
         is_p2p=is_p2p,
         done=done,
         retired=bool(row["retired"]),
-        timeout_ns=(row["timeout_ms"] or 0) * 1_000_000,
+        timeout_ms=row["timeout_ms"],
         name_kind=(_field(0x2A, op.encode()) if op else b"") + _KIND_INTERNAL,
-        attrs_head=head,
-        attrs_middle=middle,
-        attrs_tail=attrs_tail,
+        segments=tuple(segments),
         error_status=error_status,
     )
 
@@ -527,8 +513,10 @@ def _front_table() -> pa.Array:
 
 @functools.cache
 def _int_prefix_table() -> pa.Array:
-    """``_RECORD_ID``, ``_COLLECTIVE_SEQ_ID`` and ``_P2P_SEQ_ID``, 11 entries each."""
-    return pa.array([*_RECORD_ID, *_COLLECTIVE_SEQ_ID, *_P2P_SEQ_ID], pa.binary())
+    """``_int_attribute_prefixes`` of every per-span attribute (``_PER_SPAN``), 11 each."""
+    return pa.array(
+        [prefix for a in _PER_SPAN for prefix in _int_attribute_prefixes(a.key)], pa.binary()
+    )
 
 
 @functools.cache
@@ -708,14 +696,31 @@ class _Rows:
                 )
 
         prefixes = _int_prefix_table()
-        record = _int_attribute(record_id, prefixes, None)
-        # collective_seq_id's prefixes start at 11, p2p_seq_id's at 22
-        if all(is_p2p) or not any(is_p2p):
-            first = 22 if is_p2p[0] else 11
-            sequence_attribute = _int_attribute(sequence, prefixes.slice(first, 11), None)
-        else:
-            offset = per_row([22 if p else 11 for p in is_p2p], pa.int32())
-            sequence_attribute = _int_attribute(sequence, prefixes, offset)
+        # a pair of columns picked by point-to-point-ness: the ids' sequence is one
+        picked: dict[tuple[str | None, str | None], Any] = {
+            ("p2p_seq_id", "collective_seq_id"): sequence
+        }
+
+        def slot_attribute(slot: _Slot) -> list[Piece]:
+            """The slot's attribute for every row (none where a row has none)."""
+            chosen = [slot.always or (slot.p2p if p else slot.collective) for p in is_p2p]
+            if all(a == chosen[0] for a in chosen):  # the same attribute for every block
+                if chosen[0] is None:
+                    return []
+                first = _PREFIX_BASE[chosen[0].key]
+                return _int_attribute(rows[chosen[0].column], prefixes.slice(first, 11), None)
+            columns = (
+                slot.p2p.column if slot.p2p else None,
+                slot.collective.column if slot.collective else None,
+            )
+            values = picked.get(columns)
+            if values is None:
+                values = picked[columns] = pick(
+                    is_p2p,
+                    *(rows[c] if c else _scalar(None, pa.int64()) for c in columns),
+                )
+            offset = per_row([_PREFIX_BASE[a.key] if a else 0 for a in chosen], pa.int32())
+            return _int_attribute(values, prefixes, offset)
 
         if all(done):
             error_status: list[Piece] = [_bytes(_STATUS_UNSET)]
@@ -729,17 +734,13 @@ class _Rows:
                 per_row([b.error_status for b in blocks], pa.binary()),
             )
             error_status = [errors.take(error_kind), status]
-        self.rests: pa.Array = pc.binary_join_element_wise(
-            per_row([b.name_kind for b in blocks], pa.binary()),
-            *times,
-            per_row([b.attrs_head for b in blocks], pa.binary()),
-            *record,
-            per_row([b.attrs_middle for b in blocks], pa.binary()),
-            *sequence_attribute,
-            per_row([b.attrs_tail for b in blocks], pa.binary()),
-            *error_status,
-            _bytes(b""),
-        )
+        # name, kind, times, then the plan's attributes: shared segments around the slots
+        pieces: list[Piece] = [per_row([b.name_kind for b in blocks], pa.binary()), *times]
+        for index, slot in enumerate(_SLOTS):
+            pieces.append(per_row([b.segments[index] for b in blocks], pa.binary()))
+            pieces += slot_attribute(slot)
+        pieces.append(per_row([b.segments[-1] for b in blocks], pa.binary()))
+        self.rests: pa.Array = pc.binary_join_element_wise(*pieces, *error_status, _bytes(b""))
         # 28: the two ids with their tags and lengths
         length = pc.add(pc.binary_length(self.rests), _scalar(28, pa.int32()))
         if pc.max(length).as_py() < _LAST:
@@ -754,9 +755,9 @@ class _Rows:
     def _error_kinds(
         blocks: list[_Block], codes: pa.Array, done: pa.Array, start: pa.Array, dump: pa.Array
     ) -> pa.Array:
-        """0: done; 1: ``timeout``; 2: ``not_completed``. Decided in Python, with Python's
-        ints, for the (usually few) rows not done: the rule mixes truthiness and
-        arithmetic that could overflow int64 at the edges."""
+        """0: done; 1: ``timeout``; 2: ``not_completed`` (``plan.error_type``). Decided in
+        Python, with Python's ints, for the (usually few) rows not done: the rule mixes
+        truthiness and arithmetic that could overflow int64 at the edges."""
         not_done = pc.invert(done)
         rows = pc.indices_nonzero(not_done)
         kinds = pc.if_else(done, _scalar(0, pa.int8()), _scalar(2, pa.int8()))
@@ -770,10 +771,13 @@ class _Rows:
             strict=True,
         ):
             block = blocks[code]
-            pending_ns = (dump_ns or start_ns) - start_ns
-            timeout_ns = block.timeout_ns
-            timed_out = block.retired or (timeout_ns and pending_ns >= timeout_ns)
-            out.append(1 if timed_out else 2)
+            kind = error_type(
+                retired=block.retired,
+                timeout_ms=block.timeout_ms,
+                start_ns=start_ns,
+                dump_time_ns=dump_ns,
+            )
+            out.append(1 if kind == model.ERROR_TIMEOUT else 2)
         return pc.replace_with_mask(kinds, not_done, pa.array(out, pa.int8()))
 
     @staticmethod

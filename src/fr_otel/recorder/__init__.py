@@ -9,17 +9,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fr_otel import config
+
+if TYPE_CHECKING:  # at run time only install() imports it: importing this package stays light
+    from fr_otel.recorder.recorder import Recorder
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_current: Any = None
+_current: Recorder | None = None
 
 
-def install(**overrides: Any) -> Any:
+def install(**overrides: Any) -> Recorder | None:
     """Record every collective of this process; flush all ranks when one has an incident.
 
     Call it before or after ``torch.distributed.init_process_group`` (before is better:
@@ -50,7 +53,7 @@ def install(**overrides: Any) -> Any:
     return recorder
 
 
-def current() -> Any:
+def current() -> Recorder | None:
     """The installed recorder, or None."""
     return _current
 

@@ -58,7 +58,7 @@ SELECT c.rank, c.gid, w.col, c.state, c.record_id, c.time_created_ns,
        hash(s.frames) AS stack,
        s.op, s.backend, s.input_sizes, s.output_sizes, s.input_dtypes, s.output_dtypes, s.frames,
        s.pg_name, CASE WHEN $with_ranks THEN s.pg_ranks END AS pg_ranks, s.collective_seq_id,
-       s.p2p_seq_id, coalesce(s.is_p2p, false) OR s.op IN ('send', 'recv') AS is_p2p
+       s.p2p_seq_id, entry_p2p(s.is_p2p, s.op) AS is_p2p
 FROM grid_cells c
 JOIN grid_window w USING (group_desc, p2p, seq, sub)
 JOIN src s ON s.rank = c.rank AND s.record_id = c.record_id

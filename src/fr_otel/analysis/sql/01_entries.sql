@@ -27,10 +27,10 @@ WITH raw AS (
         len(input_sizes) AS in_tensors,
         len(output_sizes) AS out_tensors,
         input_sizes = output_sizes AS sizes_equal,
-        coalesce(is_p2p, false) OR op IN ('send', 'recv') AS p2p,
+        entry_p2p(is_p2p, op) AS p2p,
         -- gloo never marks entries started/completed: retirement is its only completion signal.
         -- For NCCL a retired entry that did not complete timed out.
-        state = 'completed' OR (backend = 'gloo' AND coalesce(retired, false)) AS done_self,
+        entry_done(state, backend, retired) AS done_self,
         -- done only by gloo's retirement, which a failed collective gets too
         backend = 'gloo' AND coalesce(retired, false) AND state IS DISTINCT FROM 'completed'
             AS retired_only,

@@ -72,7 +72,7 @@ FROM groups g, unnest(g.members) AS m(rank)
 WHERE m.rank NOT IN (SELECT rank FROM dumped)
 GROUP BY g.gid;
 
--- gloo retires an op when it fails as well as when it completes (FR reference §1.7): a rank
+-- gloo retires an op when it fails as well as when it completes: a rank
 -- that dumped after its collective timed out or lost its peer shows it retired. A
 -- collective cannot complete while a member whose buffer covers it never issued it, and
 -- its retirement proves nothing while members issued different things there. At such a
