@@ -5,7 +5,14 @@ with ``fr-otel export --otlp`` (OTLP/HTTP, gzip) to an agent (``agent.yaml``), w
 queues it on disk and sends it to a gateway (``gateway.yaml`` + ``gateway.static.yaml``:
 the load-balancing tier and the owner tier in one process, persistent queues), which
 sends it to Jaeger v2 (in-memory storage). All real processes on loopback
-(``make e2e-tools`` builds them); Tempo, not built here, is a closed port.
+(``make e2e-tools`` builds them), run as the configs' comments ask for in production
+(GOMEMLIMIT and GOGC; the Collectors send to each other and to Jaeger with zstd).
+
+The gateway runs as a site with Jaeger and no Tempo runs it: ``traces/view`` exports to
+Jaeger and the span metrics only (``--set``, as README.md's laptop section does). Tempo is
+not built here, and its stand-in, an exporter retrying against a closed port, is no Tempo:
+its persistent queue takes every span and never drains. ``--tempo-stand-in`` keeps it (the
+configs unchanged, what the end-to-end tests run), for comparison.
 
 Measured, in one run:
 
@@ -29,6 +36,9 @@ Goal (issue 15): visible in Jaeger within 10 s of the flush, with zero spans dro
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,6 +105,12 @@ class Run:
     spans: int
     t0: float = 0.0
     client_s: float = 0.0
+    client_cpu_s: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)
+    flow_samples: int = 0
+    """Samples taken until the last span was stored: CPU is counted over these only (the
+    query check afterwards makes Jaeger read every span back)."""
+    """The machine's 1-minute load average at the start and at the end (others' work too)."""
     samples: list[Sample] = field(default_factory=list)
     visible_s: float | None = None
     all_traces: bool = False
@@ -105,10 +121,14 @@ class Run:
 
 def _archive(tmp: Path, world: int, entries: int) -> Path:
     dumps, archive = tmp / "dumps", tmp / "archive"
+    made = archive / f"job={JOB}" / f"incident={INCIDENT}"
+    if len(list(made.glob("rank-*.parquet"))) == world and (tmp / f"{world}x{entries}").exists():
+        return archive  # --keep DIR of an earlier run with the same shape
     write_fleet(simulate(FleetSpec(world=world, entries=entries, fault="gpu_hang")), dumps)
     report = import_dumps([dumps], archive=archive, job=JOB, incident=INCIDENT)
     if not report.ok:
         raise SystemExit(f"import failed: {report.problems[:3]}")
+    (tmp / f"{world}x{entries}").touch()
     return archive
 
 
@@ -122,7 +142,7 @@ def _requests(archive: Path) -> list[ExportTraceServiceRequest]:
 class Stack:
     """Jaeger, one gateway and one agent on their own loopback addresses, fresh."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, tempo_stand_in: bool) -> None:
         self.jaeger = stack.jaeger(workdir / "jaeger")
         routed = f"127.0.0.2:{stack.free_port('127.0.0.2')}"
         self.gateway = stack.collector(
@@ -135,22 +155,32 @@ class Stack:
                 "FR_OTEL_GATEWAY_HOSTS": f"[{routed}]",
                 "JAEGER_OTLP_ENDPOINT": self.jaeger.otlp_grpc,
                 "TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{stack.free_port()}",
+                # as gateway.yaml's comments ask for in production
                 "GOMEMLIMIT": "12800MiB",
+                "GOGC": "400",
             },
         )
         self.gateway.ready.append(routed)
+        if not tempo_stand_in:  # see the module's docstring
+            self.gateway.argv.append(
+                "--set=service::pipelines::traces/view::exporters=[otlp_grpc/jaeger,span_metrics]"
+            )
         self.agent = stack.collector(
             "agent",
             ["agent.yaml"],
             workdir / "agent",
             host="127.0.0.3",
-            env={"FR_OTEL_GATEWAY_ENDPOINT": self.gateway.grpc},
+            # GOMEMLIMIT 1600MiB (stack.collector's) and GOGC as agent.yaml's comments ask
+            env={"FR_OTEL_GATEWAY_ENDPOINT": self.gateway.grpc, "GOGC": "200"},
         )
         self.services = {"jaeger": self.jaeger, "gateway": self.gateway, "agent": self.agent}
 
     def sample(self) -> Sample:
+        # one scrape per process per sample, however many of its counters are read: the
+        # sampler shares the cores with what it measures
+        texts = {name: s.metrics_text() for name, s in self.services.items()}
         counts = {
-            tier: self.services[service].metric(metric, **labels)
+            tier: stack.metric_in(texts[service], metric, **labels)
             for tier, service, metric, labels in TIERS
         }
         return Sample(
@@ -182,10 +212,19 @@ def _measure(run: Run, services: Stack, send: Callable[[], None], timeout_s: flo
     done = threading.Event()
 
     def client() -> None:
+        # the client's own CPU: this thread's (the SDK runs here) and its child's (the
+        # export command runs as one)
+        thread_cpu = time.thread_time()
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         send()
         run.client_s = time.monotonic() - run.t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run.client_cpu_s = (time.thread_time() - thread_cpu) + (
+            after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+        )
         done.set()
 
+    start_load = os.getloadavg()[0]
     run.t0 = time.monotonic()
     thread = threading.Thread(target=client)
     thread.start()
@@ -199,6 +238,8 @@ def _measure(run: Run, services: Stack, send: Callable[[], None], timeout_s: flo
             break
         time.sleep(0.1)
     thread.join()
+    run.load = (start_load, os.getloadavg()[0])
+    run.flow_samples = len(run.samples)
     # every trace, as the UI loads one (not timed: the check reads all 128,000 spans back)
     check = time.monotonic()
     trace_ids = sorted(_trace_ids_sent)
@@ -319,7 +360,14 @@ def _report(run: Run) -> None:
     visible = f"{run.visible_s:.2f} s" if run.visible_s is not None else "NOT within the timeout"
     queryable = "all" if run.all_traces else "NOT all"
     print(f"\n== {run.name}: {n} spans")
-    print(f"  client done (export returned / SDK flushed): {run.client_s:.2f} s")
+    print(
+        f"  load average (1 min) at start / end: {run.load[0]:.2f} / {run.load[1]:.2f}"
+        f" on {os.cpu_count()} cores"
+    )
+    print(
+        f"  client done (export returned / SDK flushed): {run.client_s:.2f} s"
+        f" (client CPU {run.client_cpu_s:.2f} s)"
+    )
     print(f"  last span stored in Jaeger (queryable):      {visible}")
     print(
         f"  traces found through the query API afterwards: {queryable}"
@@ -329,10 +377,19 @@ def _report(run: Run) -> None:
         reached = next((s.at - run.t0 for s in run.samples if s.counts[tier] >= n), None)
         rate = f"{n / reached:10,.0f} spans/s (all in at {reached:.2f} s)" if reached else "not all"
         print(f"  {tier:<18} {rate}   count {last.counts[tier]:,.0f}")
+    flow = run.samples[: run.flow_samples] or run.samples
+    total = run.client_cpu_s
     for name in ("agent", "gateway", "jaeger"):
-        cpu = last.cpu[name] - first.cpu[name]
-        peak = max(s.rss[name] for s in run.samples) / 2**20
-        print(f"  {name:<8} CPU {cpu:6.2f} s   peak RSS {peak:7.1f} MiB")
+        cpu = flow[-1].cpu[name] - first.cpu[name]
+        total += cpu
+        peak = max(s.rss[name] for s in flow) / 2**20
+        print(f"  {name:<8} CPU {cpu:6.2f} s   peak RSS {peak:7.1f} MiB   (until stored)")
+    # the machine may be shared: with every core to itself the path needs at least this long
+    cores = os.cpu_count() or 1
+    print(
+        f"  CPU of client, Collectors and Jaeger: {total:.2f} s = {total / cores:.2f} s on"
+        f" {cores} cores with nothing else running"
+    )
     dropped = n - run.in_jaeger
     print(
         f"  spans in Jaeger {run.in_jaeger:,} -> dropped {max(dropped, 0):,}"
@@ -346,8 +403,18 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=64)
     parser.add_argument("--entries", type=int, default=2_000)
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--keep", type=Path, help="keep logs and archives here")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep logs and archives here (an incident of the same shape made there before"
+        " is reused)",
+    )
     parser.add_argument("--no-sdk", action="store_true", help="skip the SDK peer figure")
+    parser.add_argument(
+        "--tempo-stand-in",
+        action="store_true",
+        help="keep the gateway's Tempo exporter, pointed at a closed port (see above)",
+    )
     args = parser.parse_args()
     if stack.missing_binaries():
         raise SystemExit(f"{stack.missing_binaries()} missing: run `make e2e-tools`")
@@ -364,9 +431,11 @@ def main() -> None:
             for sc in rs.scope_spans
             for span in sc.spans
         )
+        tempo = "Tempo exporter to a closed port" if args.tempo_stand_in else "no Tempo"
         print(
             f"incident: {args.world} ranks x {args.entries} entries = {n:,} spans in"
             f" {len(_trace_ids_sent):,} traces; agent -> gateway (route + owner) -> Jaeger"
+            f" ({tempo})"
         )
         runs = [
             (
@@ -383,7 +452,8 @@ def main() -> None:
             )
         results = []
         for index, (name, sender) in enumerate(runs):
-            services = Stack(tmp / f"run{index}")
+            shutil.rmtree(tmp / f"run{index}", ignore_errors=True)  # queues start empty
+            services = Stack(tmp / f"run{index}", tempo_stand_in=args.tempo_stand_in)
             with stack.running(services.jaeger, services.gateway, services.agent):
                 run = Run(name=name, spans=n)
                 _measure(run, services, sender(services), args.timeout)

@@ -41,6 +41,7 @@ from grafana_foundation_sdk.models import common as model_common
 from grafana_foundation_sdk.models import dashboard as model_dashboard
 from grafana_foundation_sdk.models import text as model_text
 
+from fr_otel.analysis.stragglers import arrival_query
 from fr_otel.otel import model
 from fr_otel.schema import RECORD_SCHEMA
 
@@ -645,6 +646,21 @@ def archive() -> dash.Dashboard:
         f"ORDER BY {seq}, {rank}",
         "LIMIT 1000",
     )
+    # the analyzer's own arrival relation (fr-otel sql's `arrival` view), on this incident
+    arrival = arrival_query(ARCHIVE_SOURCE, JOB_INCIDENT)
+    lateness = _sql_lines(
+        f"SELECT r.{rank},",
+        "  count(a.lateness_ns) AS collectives,",
+        "  round(median(a.lateness_ns) / 1e6, 3) AS median_lateness_ms,",
+        "  round(quantile_cont(a.lateness_ns, 0.9) / 1e6, 3) AS p90_lateness_ms,",
+        "  round(max(a.clock_offset_ns) / 1e6, 3) AS clock_offset_ms,",
+        "  round(max(a.clock_uncertainty_ns) / 1e6, 3) AS clock_uncertainty_ms,",
+        "  any_value(a.basis) AS basis",
+        f"FROM (SELECT DISTINCT {rank} FROM {ARCHIVE_SOURCE} WHERE {JOB_INCIDENT}) r",
+        f"LEFT JOIN ({arrival}) a ON a.rank = r.{rank}",
+        f"GROUP BY r.{rank}",
+        f"ORDER BY median_lateness_ms DESC NULLS LAST, r.{rank}",
+    )
     return (
         _dashboard(
             "fr-otel-archive",
@@ -710,6 +726,18 @@ def archive() -> dash.Dashboard:
             _table(4, "Entries that never completed", DUCKDB)
             .description("With the call site in the user's code, when the dump had stacks.")
             .with_target(_sql(unfinished))
+            .span(24)
+            .height(10)
+        )
+        .with_panel(
+            _table(5, "Lateness per rank (arrival)", DUCKDB)
+            .description(
+                "How long after its group's first member each rank issued its completed "
+                "collectives (clock-corrected; NCCL: its kernel's start), from the same "
+                "relation as fr-otel sql's arrival view: a straggler tops the list, far "
+                "above its peers. fr-otel analyze names it."
+            )
+            .with_target(_sql(lateness))
             .span(24)
             .height(10)
         )

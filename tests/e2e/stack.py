@@ -159,19 +159,16 @@ class Service:
                 sums[match[1]] = sums.get(match[1], 0.0) + float(match[3])
         return sums
 
+    def metrics_text(self) -> str:
+        """Its self-metrics as served (Prometheus text): one scrape, for ``metric_in``."""
+        assert self.telemetry, f"{self.name} has no telemetry address"
+        with urllib.request.urlopen(f"http://{self.telemetry}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
     def metric(self, name: str, **labels: str) -> float:
         """One self-metric, summed over the series whose labels include ``labels``; 0 before
         the Collector has exported it."""
-        assert self.telemetry
-        with urllib.request.urlopen(f"http://{self.telemetry}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            # Collectors before v0.14x (Jaeger's) add _total to counters, newer ones do not
-            match = re.match(rf"{re.escape(name)}(?:_total)?(\{{[^}}]*\}})?\s+(\S+)$", line)
-            if match and all(f'{k}="{v}"' in (match[1] or "") for k, v in labels.items()):
-                total += float(match[2])
-        return total
+        return metric_in(self.metrics_text(), name, **labels)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the process so far (/proc)."""
@@ -185,6 +182,20 @@ class Service:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         return 0
+
+
+def metric_in(text: str, name: str, **labels: str) -> float:
+    """A self-metric in scraped ``text``, summed over the series whose labels include
+    ``labels``; 0 when absent."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        # Collectors before v0.14x (Jaeger's) add _total to counters, newer ones do not
+        match = re.match(rf"{re.escape(name)}(?:_total)?(\{{[^}}]*\}})?\s+(\S+)$", line)
+        if match and all(f'{k}="{v}"' in (match[1] or "") for k, v in labels.items()):
+            total += float(match[2])
+    return total
 
 
 @dataclass

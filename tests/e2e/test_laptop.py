@@ -146,13 +146,16 @@ def test_a_recorded_incident_arrives_whole_in_jaeger_through_local_yaml(tmp_path
             timeout_s=30,
         )
         rebuilt = tmp_path / "from-collector"
-        files = [str(f) for f in sorted(otlp_dir.glob("spans*.jsonl"))]
-        assert main(["import", *files, "--archive", str(rebuilt)]) == 0
+        # the folder as it is: the file exporter's live file (and any rotated ones)
+        assert main(["import", str(otlp_dir), "--archive", str(rebuilt)]) == 0
         again = analyze(rebuilt, job=JOB, incident=incident)
         assert _diagnosis(again) == _diagnosis(analysis)
 
-        # the analyzer's verdict, exported, lands in the culprit collective's trace
-        code = main(["export", str(archive), "--otlp", f"http://{collector.http}", "--findings"])
+        # the analyzer's verdict, exported alone (the ranks sent their spans already),
+        # lands in the culprit collective's trace
+        code = main(
+            ["export", str(archive), "--otlp", f"http://{collector.http}", "--findings-only"]
+        )
         assert code == 0
         verdict_trace = root_cause_trace_id(analysis, expected)
         try:
@@ -179,6 +182,23 @@ def test_a_recorded_incident_arrives_whole_in_jaeger_through_local_yaml(tmp_path
         assert root, [tags(v) for v in verdicts]
         assert str(culprit) in str(tags(root[0])["fr_otel.finding.culprit_ranks"])
         assert is_error(root[0])
+        # every verdict, and no rank's span a second time
+        wait_until(
+            "every verdict span in Jaeger",
+            lambda: (
+                sum(s["operationName"] == "fr_otel.verdict" for _, s in jaeger_spans(jaeger, JOB))
+                >= len(analysis.findings)
+            ),
+            timeout_s=30,
+        )
+        after = Counter(s["spanID"] for _, s in jaeger_spans(jaeger, JOB))
+        assert max(after.values()) == 1, after.most_common(3)
+        assert set(after) - set(expected) == {
+            s["spanID"]
+            for _, s in jaeger_spans(jaeger, JOB)
+            if s["operationName"] == "fr_otel.verdict"
+        }
+        assert len(set(after) - set(expected)) == len(analysis.findings)
 
 
 def _diagnosis(analysis: object) -> list[tuple[object, ...]]:

@@ -72,7 +72,7 @@ def test_long_rank_lists_are_cut_and_the_json_keeps_its_fields(
     assert verdict == json.loads(json.dumps(analyze(out).to_dict(), default=str))
     assert set(verdict) == {
         *("job", "incident", "world_size", "ranks", "missing_dumps", "findings"),
-        *("root_cause", "input_problems"),
+        *("root_cause", "input_problems", "snapshot"),
     }
     assert {key for finding in verdict["findings"] for key in finding} == {
         *("kind", "process_group", "collective_seq_id", "op", "culprit_ranks"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import duckdb
 
-from fr_otel.analysis import divergence, members, rootcause, rules, waits
+from fr_otel.analysis import divergence, members, rootcause, rules, snapshots, stragglers, waits
 from fr_otel.analysis.findings import Analysis, Finding, FrameRef, GroupRef
 from fr_otel.analysis.source import Incident, open_source
 from fr_otel.analysis.sqlfiles import CONSTANTS, run_file, sql_files
@@ -180,6 +180,9 @@ def analyze_connection(
     first, *rest = sql_files()
     run_file(connection, first, params)
     members.complete_groups(connection, {**CONSTANTS, **params})
+    reading = None
+    if snapshots.is_snapshot(incident.incident, manifest):
+        reading = snapshots.read_snapshot(connection)
     for name in rest:
         run_file(connection, name, params)
 
@@ -233,6 +236,9 @@ def analyze_connection(
     _unsure_stops(connection, findings)
     _add_where_blocked(findings, heads, groups)
     ordered, root = rootcause.rank_findings(connection, findings, graph)
+    # performance findings come after the hang's, outside its root cause and wavefront
+    stragglers.create_arrival(connection)
+    ordered.extend(stragglers.stragglers(connection, groups))
     _resolve_frames(connection, incident, ordered)
     for finding in ordered:
         # their sentences quote sizes and dtypes, known only now, and name the ranks
@@ -246,6 +252,7 @@ def analyze_connection(
         missing_dumps=missing,
         findings=ordered,
         root_cause=root,
+        snapshot=reading.to_dict() if reading is not None else None,
     )
 
 

@@ -23,8 +23,13 @@ KINDS = (
     "p2p_unmatched",
     "stuck_in_flight",
     "silent_rank",
+    "straggler",
 )
 """Every finding kind, in the order a tie in time is broken (causes before symptoms)."""
+
+PERFORMANCE_KINDS = frozenset({"straggler"})
+"""Kinds of a job that is slow, not stuck: never the root cause of a hang, listed after
+the hang findings, never a consequence of one."""
 
 ABSENCE_KINDS = frozenset({"missing_rank", "p2p_unmatched", "silent_rank"})
 """Kinds whose evidence is what ranks did *not* do: a rank blocked elsewhere behind another
@@ -69,7 +74,10 @@ class Finding:
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
     frames: dict[str, Any] = field(default_factory=dict)
-    """``{"culprit": {rank: [frame, ...]}, "majority": [frame, ...], "majority_rank": r}``."""
+    """Stacks, innermost first, when the dumps have them: ``{"culprit": {rank: [frame, ...]},
+    "majority": [frame, ...], "majority_rank": r}``, or for a tie no side wins (evidence
+    ``ambiguous``) ``{"sides": [{"ranks": [r, ...], "frames": [frame, ...]}, ...]}``, one per
+    side, the larger first."""
     time_ns: int | None = None
     """When the majority reached the divergence (orders findings into a wavefront)."""
     consequence_of: int | None = None
@@ -113,6 +121,8 @@ class Analysis:
     root_cause: int | None
     input_problems: list[dict[str, str]] = field(default_factory=list)
     """Dump files that could not be read (analysing dumps directly): path, problem, detail."""
+    snapshot: dict[str, Any] | None = None
+    """For a snapshot of a running job: how it was read (``analysis.snapshots``)."""
 
     @property
     def healthy(self) -> bool:
@@ -128,4 +138,5 @@ class Analysis:
             "findings": [f.to_dict() for f in self.findings],
             "root_cause": self.root_cause,
             "input_problems": self.input_problems,
+            "snapshot": self.snapshot,
         }

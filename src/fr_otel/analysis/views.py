@@ -3,6 +3,8 @@
 - ``entries``: every row of the archive, in the canonical schema.
 - ``collectives``: one row per collective instance (group, sequence number) with the
   ranks that joined it and the members that did not.
+- ``arrival``: one row per rank per completed collective, with its lateness after the
+  group's first member (``analysis.stragglers``).
 - ``findings``: the analyzer's findings for every incident in the archive.
 """
 
@@ -14,11 +16,15 @@ import duckdb
 
 from fr_otel.analysis.engine import analyze_connection
 from fr_otel.analysis.source import Incident, register_archive
+from fr_otel.analysis.stragglers import create_arrival
 from fr_otel.archive.manifest import read_manifest
 
 VIEW_DOCS = {
     "entries": "every Flight Recorder entry, one row each (columns: docs/schema.md)",
     "collectives": "one row per collective instance: group, seq, op, joined and not_joined ranks",
+    "arrival": "one row per rank per completed collective: lateness_ns after the group's"
+    " first member (clock-corrected issue time, or GPU start from NCCL durations), basis,"
+    " clock_offset_ns, clock_uncertainty_ns",
     "findings": "the analyzer's findings for every incident (kind, culprit_ranks, waiting_ranks,"
     " summary, root_cause, consequence_of, ...)",
 }
@@ -49,6 +55,7 @@ def register_views(connection: duckdb.DuckDBPyConnection, archive: Path, *, find
     register_archive(connection, archive)
     connection.execute("CREATE OR REPLACE VIEW entries AS SELECT * FROM src")
     connection.execute(COLLECTIVES_SQL)
+    create_arrival(connection, source="entries")
     if findings:
         _materialise_findings(connection, archive)
 

@@ -13,6 +13,13 @@ overlap: every rank was issuing collectives until the job stopped. Dumps that fa
 separate runs by these rules (a job restarted, two runs' dumps copied into one folder)
 are imported as separate incidents, ``<incident>-run1``, ``-run2``... oldest first.
 
+**Spans.** OTLP JSON lines files (``fr-otel export --otlp-json``, the Collector's file
+exporter), named or found in folders, are read back into rows (``fr_otel.otel.otlp_import``)
+instead: each span carries its job, incident and rank, a span delivered twice (a
+Collector delivers at least once) is imported once, and a file that is not such spans,
+or is cut short, is named with its problem like a bad dump. Spans and dumps are imported
+separately: they name their incidents differently.
+
 **Interruptions.** While it writes, an import holds a lock in ``ARCHIVE/.imports`` that
 readers see (``layout.writers``). ``SIGTERM`` or ``SIGINT`` (``KeyboardInterrupt``, or
 ``errors.Terminated``) stops the workers and removes every temporary file; workers die
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import multiprocessing
 import os
 import signal
@@ -65,7 +73,7 @@ from fr_otel.dumps.membership import (
     resolve_memberships,
 )
 from fr_otel.dumps.parse import GroupSeen
-from fr_otel.errors import ArchiveError, DumpError
+from fr_otel.errors import ArchiveError, ConfigError, DumpError
 from fr_otel.pathnames import printable
 
 ProgressCallback = Callable[[int, int], None]
@@ -124,6 +132,8 @@ class ImportReport:
     """The input held dumps of several runs, imported as separate incidents."""
     swept: int = 0
     """Temporary files of earlier, killed imports removed."""
+    spans_files: int = 0
+    """OTLP JSON lines files read: an import of spans, not of dumps (see the module)."""
 
     @property
     def ok(self) -> bool:
@@ -147,6 +157,15 @@ class ImportReport:
                 else "no dump held an entry"
             )
             return f"imported nothing into {self.archive}: {why}"
+        if self.spans_files:
+            text = (
+                f"imported {len(self.ranks)} ranks, {self.entries} entries from"
+                f" {self.spans_files} OTLP JSON lines file(s) into {self.archive}"
+                f" (job={self.job} incident={','.join(self.incidents)})"
+            )
+            if self.problems:
+                text += f"; {len(self.problems)} file(s) failed"
+            return text
         if self.runs_split:
             missing = "; ".join(
                 f"{i.incident}: {','.join(map(str, i.missing_ranks)) or 'none'}"
@@ -627,10 +646,13 @@ def import_dumps(
     Never raises for a bad dump file: each one is in ``report.problems`` and the others
     are imported (with ``strict``, nothing is written when any file fails); so is a
     folder without any dump. Dumps of different runs become separate incidents (see the
-    module's docstring). Raises ``ArchiveError`` when the archive itself cannot be
-    written (nothing partial is left) and ``ConfigError`` for an unusable job or incident
-    name. Interrupted (``KeyboardInterrupt``), it stops its workers and leaves no
-    temporary file.
+    module's docstring). OTLP JSON lines files among ``paths`` (named, or found in the
+    folders and globs) are imported as spans instead, each keeping its own job and
+    incident unless ``job`` / ``incident`` name one (not ``FR_OTEL_JOB``: spans say
+    theirs). Raises ``ArchiveError`` when the archive itself cannot be written (nothing
+    partial is left) and ``ConfigError`` for an unusable job or incident name, or for
+    spans and dumps given together. Interrupted (``KeyboardInterrupt``), it stops its
+    workers and leaves no temporary file.
     """
     archive_path = config.archive_dir(archive)
     job_value = config.job_name(job)
@@ -644,6 +666,21 @@ def import_dumps(
         )
     for folder, holds in discovery.empty:
         report.problems.append(DumpError(folder, "missing", _no_dumps_detail(holds)))
+    if discovery.spans:
+        if discovery.files:
+            raise ConfigError(
+                "import OTLP JSON lines files (spans) separately from Flight Recorder dumps:"
+                f" {_names(p.name for p in discovery.spans)} and"
+                f" {_names(d.path.name for d in discovery.files)} were given or found together"
+            )
+        return _import_spans(
+            discovery.spans,
+            archive=archive_path,
+            job=job,
+            incident=incident,
+            strict=strict,
+            report=report,
+        )
     if not discovery.files:
         report.problems.sort(key=lambda e: e.path)
         return report
@@ -674,6 +711,11 @@ def import_dumps(
                 _remove_if_empty(partition_dir(archive_path, job_value, name))
 
 
+def _names(names: Iterable[str]) -> str:
+    listed = sorted(names)
+    return ", ".join(listed[:3]) + (f" and {len(listed) - 3} more" if len(listed) > 3 else "")
+
+
 def _no_dumps_detail(holds: list[str]) -> str:
     what = (
         "it is empty"
@@ -682,8 +724,207 @@ def _no_dumps_detail(holds: list[str]) -> str:
     )
     return (
         "no Flight Recorder dumps in this folder or below (a dump's file name ends in its"
-        f" rank: comm_lib_trace_rank_3, nccl_trace_rank_3.json, rank_3); {what}"
+        " rank: comm_lib_trace_rank_3, nccl_trace_rank_3.json, rank_3), nor OTLP JSON lines"
+        f" files (*.jsonl); {what}"
     )
+
+
+# --- spans: OTLP JSON lines ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpansRead:
+    """What one OTLP JSON lines file gave: fr_otel's rows, and what is wrong with it."""
+
+    table: pa.Table | None
+    """The rows of its fr_otel spans (of its complete lines, when it is cut short)."""
+    problem: DumpError | None
+    skipped: int = 0
+    """Spans that are not fr_otel's (other services' spans in a Collector's archive)."""
+
+
+def read_spans_file(path: Path) -> SpansRead:
+    """fr_otel's rows from an OTLP JSON lines file; never raises for a bad file.
+
+    Problems, named like a bad dump's: ``missing``; ``empty`` (no line, or no span);
+    ``foreign`` (not OTLP JSON lines, OTLP of another signal, or only other tools'
+    spans); ``corrupt`` (a line inside that is not OTLP JSON); ``truncated`` (the last
+    line cut short, as a file still being written or copied half-way has it: the
+    complete lines before it are still read).
+    """
+    from google.protobuf import json_format
+
+    from fr_otel.otel.jsonfile import from_otlp_json
+    from fr_otel.otel.otlp_import import import_traces
+
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return SpansRead(table=None, problem=DumpError(path, "missing", "no such file"))
+    except OSError as exc:
+        return SpansRead(
+            table=None,
+            problem=DumpError(path, "missing", f"cannot be read: {exc.strerror or exc}"),
+        )
+    messages = []
+    complete = 0
+    cut_at: int | None = None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+                if complete == 0 and not line.lstrip().startswith(b"{"):
+                    return SpansRead(table=None, problem=_not_json_lines(path))
+                if not line.endswith(b"\n"):  # the last line, without its end
+                    cut_at = number
+                    break
+                return SpansRead(
+                    table=None,
+                    problem=DumpError(path, "corrupt", f"line {number} is not JSON: {exc}"),
+                )
+            if not isinstance(data, dict) or not {"resourceSpans", "resource_spans"} & set(data):
+                held = ", ".join(sorted(data)[:3]) if isinstance(data, dict) else "no object"
+                return SpansRead(
+                    table=None,
+                    problem=DumpError(
+                        path,
+                        "foreign",
+                        f"line {number} is not OTLP trace data (it holds {held or 'nothing'},"
+                        " not resourceSpans): only spans are imported",
+                    ),
+                )
+            try:
+                messages.append(from_otlp_json(data))
+            except (json_format.ParseError, ValueError, TypeError) as exc:
+                return SpansRead(
+                    table=None,
+                    problem=DumpError(path, "corrupt", f"line {number} is not OTLP JSON: {exc}"),
+                )
+            complete += 1
+    if complete == 0 and cut_at is None:
+        return SpansRead(table=None, problem=DumpError(path, "empty", "the file has no line"))
+    try:
+        imported = import_traces(messages)
+    except (ValueError, TypeError) as exc:  # an attribute fr_otel writes as JSON text
+        return SpansRead(
+            table=None, problem=DumpError(path, "corrupt", f"a span cannot be read: {exc}")
+        )
+    table = imported.table
+    if cut_at is not None:
+        read = (
+            f"the {table.num_rows} entries of the {complete} complete line(s) before it were read"
+            if complete
+            else "no complete line precedes it: nothing was read"
+        )
+        problem = DumpError(
+            path,
+            "truncated",
+            f"line {cut_at}, the last, is cut short (a file still being written, or copied"
+            f" before it was complete); {read}",
+        )
+    elif table.num_rows == 0 and imported.skipped:
+        problem = DumpError(
+            path,
+            "foreign",
+            f"none of its {imported.skipped} spans is fr_otel's (no fr_otel.rank and"
+            " fr_otel.record_id attributes)",
+        )
+    elif table.num_rows == 0:
+        problem = DumpError(path, "empty", f"its {complete} line(s) hold no span")
+    else:
+        problem = None
+    return SpansRead(table=table, problem=problem, skipped=imported.skipped)
+
+
+def _not_json_lines(path: Path) -> DumpError:
+    return DumpError(
+        path,
+        "foreign",
+        "not OTLP JSON lines (its first line is not a JSON object); the Collector's file"
+        " exporter writes them with format: json and no compression",
+    )
+
+
+def _import_spans(
+    files: list[Path],
+    *,
+    archive: Path,
+    job: str | None,
+    incident: str | None,
+    strict: bool,
+    report: ImportReport,
+) -> ImportReport:
+    """OTLP JSON lines files into ``archive``. Spans keep their own job and incident
+    unless ``job`` / ``incident`` name one."""
+    import pyarrow.compute as pc
+
+    from fr_otel.archive.manifest import continuous_incidents, mark_snapshot, read_manifest
+    from fr_otel.archive.rows import write_rows
+    from fr_otel.otel.otlp_import import UNKNOWN, unique_entries
+
+    report.spans_files = len(files)
+    tables: list[pa.Table] = []
+    for path in files:
+        read = read_spans_file(path)
+        if read.problem is not None:
+            report.problems.append(read.problem)
+        if read.table is not None and read.table.num_rows:
+            tables.append(read.table)
+    report.problems.sort(key=lambda e: e.path)
+    if strict and report.problems:
+        report.strict_aborted = True
+        return report
+    if not tables:
+        return report
+    table = pa.concat_tables(tables)
+    # spans a continuous-mode job sent before any incident name none: together they are a
+    # snapshot of the running job, and its manifest says so (see analysis.snapshots)
+    table = table.append_column("_continuous", pc.equal(table["incident"], UNKNOWN))
+    for column, value in (("job", job), ("incident", incident)):
+        if value is not None:
+            config.validate_partition_value(column, value)
+            table = table.set_column(
+                table.schema.get_field_index(column),
+                column,
+                pa.repeat(pa.scalar(value, pa.string()), len(table)),
+            )
+    table = unique_entries(table)
+    streamed = continuous_incidents(table, "_continuous")
+    table = table.drop_columns(["_continuous"])
+    for column in ("job", "incident"):
+        for value in pc.unique(table[column]).to_pylist():
+            config.validate_partition_value(column, value)
+    report.files_written = write_rows(table, archive)
+    for job_name, incident_name in streamed:
+        mark_snapshot(archive, job_name, incident_name)
+    report.entries = table.num_rows
+    report.ranks = sorted(pc.unique(table["rank"]).to_pylist())
+    jobs = sorted(pc.unique(table["job"]).to_pylist())
+    report.job = ",".join(jobs)
+    pairs = (
+        table.group_by(["job", "incident"])
+        .aggregate([("time_created_ns", "min"), ("time_created_ns", "max")])
+        .to_pylist()
+    )
+    pairs.sort(key=lambda p: (p["time_created_ns_min"] or 0, p["job"], p["incident"]))
+    report.incidents = list(dict.fromkeys(p["incident"] for p in pairs))
+    for pair in pairs:
+        manifest = read_manifest(archive, pair["job"], pair["incident"])
+        first, last = pair["time_created_ns_min"], pair["time_created_ns_max"]
+        report.imported.append(
+            IncidentImported(
+                incident=pair["incident"]
+                if len(jobs) == 1
+                else f"{pair['job']}/{pair['incident']}",
+                ranks=manifest.ranks if manifest else (),
+                missing_ranks=manifest.missing_ranks if manifest else (),
+                time_span=(first, last) if first is not None and last is not None else None,
+            )
+        )
+    return report
 
 
 def _finish(

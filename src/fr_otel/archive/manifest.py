@@ -14,12 +14,15 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fr_otel.archive.layout import partition_dir, staging_path
 from fr_otel.errors import ArchiveError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 try:  # advisory locking is POSIX; elsewhere concurrent refreshes are not serialised
     import fcntl
@@ -48,8 +51,12 @@ class Manifest:
     """Ranks with a dump in this incident."""
     missing_ranks: tuple[int, ...]
     groups: tuple[GroupMembers, ...]
+    snapshot: bool = False
+    """A snapshot of a running job (the Collector's archive of a continuous-mode job),
+    which the analyzer reads as one: see ``fr_otel.analysis.snapshots``."""
 
     def to_json(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"snapshot": True} if self.snapshot else {}
         return {
             "manifest_version": MANIFEST_VERSION,
             "job": self.job,
@@ -60,6 +67,7 @@ class Manifest:
                 {"name": g.name, "desc": g.desc, "ranks": list(g.ranks), "inferred": g.inferred}
                 for g in self.groups
             ],
+            **extra,
         }
 
 
@@ -119,9 +127,27 @@ def _refresh(archive: Path, job: str, incident: str, groups: Iterable[GroupMembe
         ranks=tuple(ranks),
         missing_ranks=tuple(sorted(expected - set(ranks))),
         groups=tuple(merged[name] for name in sorted(merged)),
+        snapshot=bool(earlier and earlier.snapshot),
     )
     write_manifest(archive, manifest)
     return manifest
+
+
+def mark_snapshot(archive: Path, job: str, incident: str) -> None:
+    """Note in an incident's manifest that it is a snapshot of a running job."""
+    with _exclusive(partition_dir(archive, job, incident)):
+        manifest = read_manifest(archive, job, incident)
+        if manifest is not None and not manifest.snapshot:
+            write_manifest(archive, replace(manifest, snapshot=True))
+
+
+def continuous_incidents(table: pa.Table, flag: str) -> list[tuple[str, str]]:
+    """The (job, incident) pairs of ``table`` whose every row has ``flag`` set."""
+    every: dict[tuple[str, str], bool] = {}
+    columns = (table["job"].to_pylist(), table["incident"].to_pylist(), table[flag].to_pylist())
+    for job, incident, set_ in zip(*columns, strict=True):
+        every[(job, incident)] = every.get((job, incident), True) and bool(set_)
+    return [pair for pair, all_set in every.items() if all_set]
 
 
 def read_manifest(archive: Path, job: str, incident: str) -> Manifest | None:
@@ -143,6 +169,7 @@ def read_manifest(archive: Path, job: str, incident: str) -> Manifest | None:
                 )
                 for g in data["groups"]
             ),
+            snapshot=bool(data.get("snapshot", False)),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

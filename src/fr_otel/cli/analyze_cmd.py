@@ -49,7 +49,11 @@ def _stacks(finding: Finding, out: TextIO, indent: str = "") -> None:
 
 
 def _tag(analysis: Analysis, index: int) -> str:
+    from fr_otel.analysis.findings import PERFORMANCE_KINDS
+
     finding = analysis.findings[index]
+    if finding.kind in PERFORMANCE_KINDS:
+        return "performance, not a hang"
     if index == analysis.root_cause:
         return "root cause"
     if finding.consequence_of is not None:
@@ -71,8 +75,13 @@ def render_text(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> No
     if analysis.healthy:
         out.write(f"No problems found. {header}\n")
         return
-    root = analysis.findings[analysis.root_cause or 0]
-    out.write(f"ROOT CAUSE: {root.summary}\n")
+    if analysis.root_cause is None:
+        # only performance findings: the job is slow, not stuck, and nothing is a root cause
+        root = analysis.findings[0]
+        out.write(f"SLOW, NOT STUCK: {root.summary}\n")
+    else:
+        root = analysis.findings[analysis.root_cause]
+        out.write(f"ROOT CAUSE: {root.summary}\n")
     where = _where(root)
     if where:
         out.write(f"  {where}\n")
@@ -262,7 +271,9 @@ def _html(
         verdict = (
             "no problems found"
             if analysis.healthy
-            else (analysis.findings[analysis.root_cause or 0].summary)
+            else analysis.findings[analysis.root_cause].summary
+            if analysis.root_cause is not None
+            else f"slow, not stuck: {analysis.findings[0].summary}"
         )
         click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB): {verdict}", err=True)
     return EXIT_OK if report.analysis.healthy else EXIT_FINDINGS

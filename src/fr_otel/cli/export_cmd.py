@@ -108,6 +108,15 @@ _UNREACHABLE = (
     " its collective.",
 )
 @click.option(
+    "--findings-only",
+    "findings_only",
+    is_flag=True,
+    help="Export the verdict spans alone, not the entries' spans: for an incident whose"
+    " spans are already in the backend (sent by the recorder or an earlier export). They"
+    " join the same traces, whose ids are derived, not stored. A healthy incident has"
+    " none: nothing is sent, exit code 0.",
+)
+@click.option(
     "--jaeger-json",
     "jaeger_json",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -124,9 +133,14 @@ def export(
     spool_dir: Path | None,
     deadline: float,
     findings: bool,
+    findings_only: bool,
     jaeger_json: Path | None,
 ) -> int:
     """Export an incident's entries as spans: one trace per collective across ranks.
+
+    With --findings-only, only the analyzer's verdict spans go out: the way to add the
+    diagnosis to an incident whose spans the recorder (or an earlier export) already sent,
+    without sending every entry again.
 
     Exit code 0 when everything was delivered or written, 2 when some requests could
     only be spooled (send them later with --otlp --resend) or were refused, or the
@@ -140,6 +154,12 @@ def export(
         raise click.UsageError("--resend sends over OTLP: add --otlp [ENDPOINT]")
     if protocol is not None and otlp is None:
         raise click.UsageError("--protocol is for --otlp: add --otlp [ENDPOINT]")
+    if resend and (findings or findings_only):
+        raise click.UsageError(
+            "--resend delivers the spool as it is: export the findings in a separate"
+            " fr-otel export --otlp --findings-only"
+        )
+    findings = findings or findings_only
     spool_dir = spool_dir if spool_dir is not None else archive / "_spool"
     settings, source = _settings(otlp, protocol) if otlp is not None else (None, "")
     if resend:
@@ -173,7 +193,16 @@ def export(
         chosen = pick_incident(archive, job, incident)
         with duckdb.connect() as connection:
             checked = register_archive(connection, archive, only=chosen)
-            return chosen, checked, connection.sql("SELECT * FROM src").to_arrow_table()
+            rows = connection.sql("SELECT * FROM src")
+            if findings_only:
+                # the verdicts need only the run id (their traces' ids include it), not
+                # every entry of every rank
+                rows = (
+                    connection.sql("SELECT DISTINCT run_id FROM src")
+                    if "run_id" in rows.columns
+                    else connection.sql("SELECT * FROM src LIMIT 0")
+                )
+            return chosen, checked, rows.to_arrow_table()
 
     chosen, checked, table = reading_damaged_files(read)
     for problem in checked.problems:
@@ -193,12 +222,15 @@ def export(
     from fr_otel import config
 
     resource = config.resource_attributes()
-    requests = (
-        list(encode_requests(table, resource=resource)) + verdicts
-        if (otlp_json or jaeger_json)
-        else []
-    )
     where = f"job={chosen.job} incident={chosen.incident}"
+    if findings_only and not verdicts:
+        click.echo(f"no findings ({where}): no verdict span to export")
+        return EXIT_OK
+    requests: list[ExportTraceServiceRequest] = []
+    if otlp_json or jaeger_json:
+        if not findings_only:
+            requests = list(encode_requests(table, resource=resource))
+        requests += verdicts
     if otlp_json is not None:
         spans = write_otlp_json(requests, otlp_json)
         click.echo(f"exported {spans} spans ({where}) to {otlp_json}")
@@ -212,9 +244,9 @@ def export(
     from fr_otel.otel.wire import encode_requests_fast
 
     payloads: Iterable[Payload] = itertools.chain(
-        encode_requests_fast(table, resource=resource), verdicts
+        () if findings_only else encode_requests_fast(table, resource=resource), verdicts
     )
-    total = table.num_rows + sum(span_count(v) for v in verdicts)
+    total = (0 if findings_only else table.num_rows) + sum(span_count(v) for v in verdicts)
     exporter = _Narrated(settings, source, deadline, spool_dir, total_spans=total)
     try:
         report = send_all(payloads, exporter, deadline_s=deadline)
@@ -231,7 +263,8 @@ def export(
             )
         raise
     exporter.shutdown()
-    message = f"sent {report.sent_spans} spans ({where}) over OTLP to {exporter.target}"
+    what = "verdict spans" if findings_only else "spans"
+    message = f"sent {report.sent_spans} {what} ({where}) over OTLP to {exporter.target}"
     if report.unsent:
         spool(report.unsent, spool_dir)
         message += (

@@ -47,7 +47,10 @@ def import_(
     """Import Flight Recorder dumps into a hive-partitioned Parquet archive.
 
     DUMPS are dump files, directories holding them (searched recursively) or globs,
-    pickle or JSON, any FR version, NCCL or gloo. Each bad file is named with its
+    pickle or JSON, any FR version, NCCL or gloo; or OTLP JSON lines files of fr_otel's
+    spans (*.jsonl: fr-otel export --otlp-json, the Collector's file exporter), named or
+    in such directories, each span back to its job, incident and rank (a span the
+    Collector delivered twice is imported once). Each bad file is named with its
     problem and the others are still imported; the exit code is then 2, as it is when
     nothing could be imported (a folder without dumps). Dumps of different runs of a job
     (told apart by their times, FR and library versions and world size) become separate
@@ -70,12 +73,6 @@ def import_(
         if len(rings) != len(dumps):
             raise click.UsageError("import recorder rings (.ring) separately from dumps")
         return _import_rings(rings, archive, job, incident)
-    spans_files = [Path(d) for d in dumps if _is_spans_file(Path(d))]
-    if spans_files:
-        if len(spans_files) != len(dumps):
-            raise click.UsageError("import OTLP JSON lines files (.jsonl) separately from dumps")
-        return _import_spans(spans_files, archive, job, incident)
-
     bar: tqdm | None = None
 
     def progress(done: int, total: int) -> None:
@@ -111,41 +108,6 @@ def import_(
     return EXIT_OK if report.ok and report.files_written else EXIT_BAD_INPUT
 
 
-def _import_spans(
-    files: list[Path], archive: Path | None, job: str | None, incident: str | None
-) -> int:
-    """OTLP JSON lines files (``fr-otel export --otlp-json``, the Collector's file
-    exporter) back into an archive."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from fr_otel.archive.rows import write_rows
-    from fr_otel.otel.otlp_import import read_otlp_json_table, unique_entries
-
-    target = config.archive_dir(archive)
-    tables = []
-    for path in files:
-        if not path.is_file():
-            click.echo(f"fr-otel: {path}: missing: no such file", err=True)
-            return EXIT_BAD_INPUT
-        tables.append(read_otlp_json_table(path))
-    table = pa.concat_tables(tables)
-    for column, value in (("job", job), ("incident", incident)):
-        if value is not None:
-            name = config.validate_partition_value(column, value)
-            table = table.set_column(
-                table.schema.get_field_index(column), column, pa.repeat(pa.scalar(name), len(table))
-            )
-    table = unique_entries(table)
-    written = write_rows(table, target)
-    ranks = len(pc.unique(table["rank"]))
-    click.echo(
-        f"imported {ranks} ranks, {len(table)} entries from spans into {target}"
-        f" ({len(written)} files)"
-    )
-    return EXIT_OK
-
-
 def _import_rings(
     paths: list[Path], archive: Path | None, job: str | None, incident: str | None
 ) -> int:
@@ -162,19 +124,3 @@ def _import_rings(
     for name, (rings, entries) in imported.incidents.items():
         click.echo(f"imported {rings} rings, {entries} entries into {target} (incident {name})")
     return EXIT_BAD_INPUT if imported.problems else EXIT_OK
-
-
-def _is_spans_file(path: Path) -> bool:
-    """OTLP JSON lines: ``*.jsonl``, or a ``*.json`` file that starts like the Collector's
-    file exporter writes one (``data.json``, rotated ``data-2026-11-29T10-00-00.000.json``),
-    not like an FR JSON dump."""
-    if path.suffix == ".jsonl":
-        return True
-    if path.suffix != ".json" or not path.is_file():
-        return False
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(64).lstrip()
-    except OSError:
-        return False
-    return head.startswith((b'{"resourceSpans"', b'{"resource_spans"'))

@@ -68,5 +68,7 @@ def _root(archive: Path, job: str, incident: str, busy: bool) -> str:
         return f"root: not analysed ({str(exc).splitlines()[0]})"
     if analysis.healthy:
         return "healthy"
-    root = analysis.findings[analysis.root_cause or 0]
+    if analysis.root_cause is None:
+        return f"slow, not stuck: {analysis.findings[0].kind}: {analysis.findings[0].summary}"
+    root = analysis.findings[analysis.root_cause]
     return f"root: {root.kind}: {root.summary}"

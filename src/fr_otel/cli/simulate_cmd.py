@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from fr_otel.sim.spec import FAULT_KINDS, FleetSpec
+from fr_otel.errors import SimulationError
+from fr_otel.sim.spec import FAULT_KINDS, FleetSpec, Straggler
 
 
 @click.command("simulate")
@@ -48,6 +49,21 @@ from fr_otel.sim.spec import FAULT_KINDS, FleetSpec
 )
 @click.option("--no-stack-traces", is_flag=True, help="Leave out `frames`.")
 @click.option("--no-timing", is_flag=True, help="As without TORCH_NCCL_ENABLE_TIMING.")
+@click.option(
+    "--straggler",
+    "stragglers",
+    multiple=True,
+    metavar="RANK:MS[:cpu|gpu]",
+    help="Make RANK late by MS milliseconds to every work: cpu (default) issues it late,"
+    " gpu starts its kernel late (repeatable).",
+)
+@click.option(
+    "--clock-skew-ms",
+    type=click.FloatRange(min=0),
+    default=3.0,
+    show_default=True,
+    help="Each host's clock (8 ranks per host) is off by up to this much, either way.",
+)
 @click.option("--truth", "write_truth", is_flag=True, help="Also write truth.json.")
 def simulate(
     outdir: Path,
@@ -63,6 +79,8 @@ def simulate(
     omit_ranks: tuple[int, ...],
     no_stack_traces: bool,
     no_timing: bool,
+    stragglers: tuple[str, ...],
+    clock_skew_ms: float,
     write_truth: bool,
 ) -> None:
     """Simulate a 3D-parallel NCCL job and write each rank's FR dump into OUTDIR."""
@@ -81,6 +99,8 @@ def simulate(
         seed=seed,
         stack_traces=not no_stack_traces,
         timing=not no_timing,
+        stragglers=tuple(_straggler(text) for text in stragglers),
+        clock_skew_ms=clock_skew_ms,
     )
     from fr_otel.sim import simulate as run_simulation
     from fr_otel.sim import write_fleet
@@ -95,4 +115,22 @@ def simulate(
         write_truth=write_truth,
     )
     culprit = ",".join(str(r) for r in fleet.truth.culprit_ranks) or "none"
-    click.echo(f"wrote {len(written)} dump files to {outdir}; fault: {fault}; culprit: {culprit}")
+    slow = "".join(f"; straggler: {s.rank} ({s.side}, {s.delay_ms:g} ms)" for s in spec.stragglers)
+    click.echo(
+        f"wrote {len(written)} dump files to {outdir}; fault: {fault}; culprit: {culprit}{slow}"
+    )
+
+
+def _straggler(text: str) -> Straggler:
+    """``RANK:MS[:cpu|gpu]``."""
+    parts = text.split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        side = parts[2] if len(parts) == 3 else "cpu"
+        return Straggler(rank=int(parts[0]), delay_ms=float(parts[1]), side=side)
+    except (ValueError, SimulationError) as exc:
+        detail = f": {exc}" if isinstance(exc, SimulationError) else ""
+        raise click.BadParameter(
+            f"{text!r} is not RANK:MS[:cpu|gpu]{detail}", param_hint="--straggler"
+        ) from exc

@@ -12,6 +12,12 @@ is whatever ``TORCH_FR_DUMP_TEMP_FILE`` said:
 The rank is always the trailing number of the file name. Files inside a directory that
 do not end in a number (logs, READMEs, Parquet) are not dumps and are skipped; a file
 named explicitly on the command line is always taken, so that a bad name is reported.
+
+OTLP JSON lines files (spans, not dumps: ``fr-otel export --otlp-json``, the Collector's
+file exporter and its rotated files) are found the same way, named or inside folders, and
+kept apart (``Discovery.spans``): ``*.jsonl``, and ``*.json`` files that begin as the file
+exporter writes them (a rotated ``spans-2026-08-22T10-15-00.123.json`` ends in a number,
+yet is no rank's dump).
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from pathlib import Path
 _DUMP_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<suffix>\.json|\.pkl|\.pickle)?$")
 _QUORUM_DIR = re.compile(r"_quorum_(?P<quorum>[A-Za-z0-9.-]+)$")
 _GLOB_CHARS = frozenset("*?[")
+SPANS_SUFFIX = ".jsonl"
+"""OTLP JSON lines: the suffix fr_otel and the Collector configs give span files."""
+_SPANS_HEADS = (b'{"resourceSpans"', b'{"resource_spans"')
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,8 +55,10 @@ class Discovery:
     missing: list[str]
     """Paths or globs that matched nothing."""
     empty: list[tuple[str, list[str]]] = field(default_factory=list)
-    """Directories (or globs) that exist but hold no dump, with the first few file names
-    they do hold."""
+    """Directories (or globs) that exist but hold no dump and no span file, with the first
+    few file names they do hold."""
+    spans: list[Path] = field(default_factory=list)
+    """OTLP JSON lines files (see ``is_spans_file``), sorted, without duplicates."""
 
 
 def parse_dump_name(path: Path) -> DumpFile:
@@ -64,53 +75,88 @@ def _looks_like_dump(name: str) -> bool:
     return _DUMP_NAME.match(name) is not None and not name.startswith(".")
 
 
-def _walk(directory: Path, others: list[str] | None = None) -> list[Path]:
-    found: list[Path] = []
+def is_spans_file(path: Path) -> bool:
+    """OTLP JSON lines: a ``*.jsonl`` file, or a ``*.json`` file that starts the way the
+    Collector's file exporter starts one (``data.json``, a rotated
+    ``data-2026-11-29T10-00-00.000.json``), not the way an FR JSON dump does."""
+    if path.name.startswith("."):
+        return False
+    if path.suffix == SPANS_SUFFIX:
+        return True
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64).lstrip()
+    except OSError:
+        return False
+    return head.startswith(_SPANS_HEADS)
+
+
+def _walk(directory: Path, others: list[str] | None = None) -> tuple[list[Path], list[Path]]:
+    """(dumps, span files) under ``directory``; ``others`` collects a few other names."""
+    dumps: list[Path] = []
+    spans: list[Path] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if _looks_like_dump(name):
-                found.append(Path(root) / name)
+            path = Path(root) / name
+            if is_spans_file(path):
+                spans.append(path)
+            elif _looks_like_dump(name):
+                dumps.append(path)
             elif others is not None and len(others) < 10:
-                others.append(os.path.relpath(os.path.join(root, name), directory))
-    return found
+                others.append(os.path.relpath(path, directory))
+    return dumps, spans
 
 
 def discover(paths: list[str | Path]) -> Discovery:
-    """Expand files, directories (recursively) and globs into dump files.
+    """Expand files, directories (recursively) and globs into dump files and span files.
 
     The result is sorted by path and has no duplicates, so the same arguments always
     give the same order.
     """
     seen: dict[Path, DumpFile] = {}
+    spans_seen: dict[Path, Path] = {}
     missing: list[str] = []
     empty: list[tuple[str, list[str]]] = []
     for raw in paths:
         text = str(raw)
         path = Path(text)
+        candidates: list[Path] = []
+        spans: list[Path] = []
         if path.is_dir():
             others: list[str] = []
-            candidates = _walk(path, others)
-            if not candidates:
+            candidates, spans = _walk(path, others)
+            if not candidates and not spans:
                 empty.append((text, others))
         elif path.exists():
-            candidates = [path]
+            (spans if is_spans_file(path) else candidates).append(path)
         elif _GLOB_CHARS & set(text):
-            candidates = []
             for hit in sorted(glob.glob(text, recursive=True)):
                 hit_path = Path(hit)
                 if hit_path.is_dir():
-                    candidates.extend(_walk(hit_path))
+                    dumps_below, spans_below = _walk(hit_path)
+                    candidates.extend(dumps_below)
+                    spans.extend(spans_below)
+                elif is_spans_file(hit_path):
+                    spans.append(hit_path)
                 elif _looks_like_dump(hit_path.name):
                     candidates.append(hit_path)
-            if not candidates:
+            if not candidates and not spans:
                 missing.append(text)
         else:
             missing.append(text)
-            candidates = []
         for candidate in candidates:
             key = candidate.resolve()
             if key not in seen:
                 seen[key] = parse_dump_name(candidate)
+        for span_file in spans:
+            spans_seen.setdefault(span_file.resolve(), span_file)
     files = sorted(seen.values(), key=lambda f: str(f.path))
-    return Discovery(files=files, missing=missing, empty=empty)
+    return Discovery(
+        files=files,
+        missing=missing,
+        empty=empty,
+        spans=sorted(spans_seen.values(), key=str),
+    )

@@ -8,12 +8,15 @@ from pathlib import Path
 from fr_otel.analysis import Analysis, analyze_connection, open_source
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
 from fr_otel.report.grid import Grid, build_grid
+from fr_otel.report.lateness import LatenessStrip, lateness_strip, wants_strip
 
 
 @dataclass(kw_only=True)
 class IncidentReport:
     analysis: Analysis
     grid: Grid
+    lateness: LatenessStrip | None = None
+    """Per-rank lateness, for slow jobs and snapshots (``report.lateness``)."""
 
 
 def build_report(
@@ -42,4 +45,5 @@ def build_report(
             trace_ids=trace_ids,
             span_ids=span_ids,
         )
-    return IncidentReport(analysis=analysis, grid=grid)
+        strip = lateness_strip(source.connection, analysis) if wants_strip(analysis) else None
+    return IncidentReport(analysis=analysis, grid=grid, lateness=strip)

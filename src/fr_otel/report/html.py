@@ -18,6 +18,7 @@ from fr_otel import __version__
 from fr_otel.analysis import Analysis, Finding
 from fr_otel.report.build import IncidentReport
 from fr_otel.report.grid import STATES, Grid
+from fr_otel.report.lateness import LatenessStrip
 from fr_otel.report.words import code_locations, listed, outline
 
 _MARKER = re.compile(r"__(TITLE|STYLE|VERDICT|FINDINGS|DATA|SCRIPT|VERSION)__")
@@ -33,6 +34,7 @@ _KIND_WORDS = {
     "p2p_unmatched": "a send or receive has no matching peer",
     "stuck_in_flight": "a collective never completed on some ranks (GPU or network)",
     "silent_rank": "ranks that left no dump are the only ones the others wait on",
+    "straggler": "a rank is consistently late to its collectives (slow, not stuck)",
 }
 
 
@@ -73,6 +75,8 @@ def _verdict(analysis: Analysis) -> str:
             f"Not read: {_e(problem['path'])}: {_e(problem['problem'])}: {_e(problem['detail'])}"
         )
     notes_html = "".join(f'<p class="note">{note}</p>' for note in notes)
+    if not analysis.healthy and analysis.root_cause is None:
+        return _slow_verdict(analysis, header, notes_html)
     if analysis.healthy or analysis.root_cause is None:
         return (
             '<section id="verdict" class="healthy"><h2>No problems found</h2>'
@@ -122,6 +126,65 @@ def _verdict(analysis: Analysis) -> str:
     )
 
 
+def _slow_verdict(analysis: Analysis, header: str, notes_html: str) -> str:
+    """Only performance findings: the job is slow, not stuck; nothing is a root cause."""
+    first = analysis.findings[0]
+    ranks = sorted({r for f in analysis.findings for r in f.culprit_ranks})
+    evidence = first.evidence
+    facts = [
+        ("Stragglers", f'<span class="culprits">{_e(_ranks_text(ranks))}</span>'),
+        ("Process group", _e(_group_text(first))),
+        (
+            "Lateness",
+            f"median {_e(evidence.get('lateness_ms', {}).get('median'))} ms, p90"
+            f" {_e(evidence.get('lateness_ms', {}).get('p90'))} ms; about"
+            f" {_e(evidence.get('time_lost_ms_per_step'))} ms lost per step",
+        ),
+    ]
+    site = (evidence.get("example") or {}).get("call_site")
+    if site:
+        facts.append(("Code", f"<code>{_e(site)}</code>"))
+    rows = "".join(f"<tr><th>{label}</th><td>{value}</td></tr>" for label, value in facts)
+    return (
+        '<section id="verdict" class="problem">'
+        f'<h2>Slow, not stuck: <span id="verdict-summary">{_e(first.summary)}</span></h2>'
+        f'<table class="facts">{rows}</table>'
+        f'<p class="scope">{_e(header)}; {len(analysis.findings)} finding(s), no hang.</p>'
+        f"{notes_html}</section>"
+    )
+
+
+def _lateness(strip: LatenessStrip | None) -> str:
+    """Per rank, its lateness over the window as a row of bars (oldest first)."""
+    if strip is None or not strip.ranks:
+        return ""
+    top = max((v for r in strip.ranks for v in r.buckets_ms), default=0.0) or 1.0
+    width, height = 240, 14
+    rows = []
+    for row in strip.ranks:
+        step = width / max(len(row.buckets_ms), 1)
+        colour = "#c62828" if row.straggler else "#607d8b"
+        bars = "".join(
+            f'<rect x="{i * step:.1f}" y="{height - max(v / top * height, 0.5):.1f}"'
+            f' width="{max(step - 0.5, 0.5):.1f}" height="{max(v / top * height, 0.5):.1f}"/>'
+            for i, v in enumerate(row.buckets_ms)
+        )
+        rows.append(
+            f"<tr><th>rank {row.rank}</th><td>"
+            f'<svg width="{width}" height="{height}" fill="{colour}" role="img"'
+            f' aria-label="lateness of rank {row.rank}">{bars}</svg></td>'
+            f"<td>median {row.median_ms:g} ms, p90 {row.p90_ms:g} ms</td></tr>"
+        )
+    shown = f"{len(strip.ranks)} of {strip.ranks_total} ranks"
+    return (
+        '<section id="lateness"><h2>Lateness per rank</h2>'
+        f'<p class="hint">How long after its group\'s first member each rank reached its'
+        f" collectives, oldest on the left (bar height up to {top:g} ms); {shown}: the"
+        " stragglers (red), the latest others and the earliest.</p>"
+        f'<table class="lateness">{"".join(rows)}</table></section>'
+    )
+
+
 def _findings(analysis: Analysis) -> str:
     if not analysis.findings:
         return ""
@@ -131,7 +194,9 @@ def _findings(analysis: Analysis) -> str:
     items = []
     for index, depth in outline(analysis):
         finding = analysis.findings[index]
-        if index == analysis.root_cause:
+        if finding.kind == "straggler":
+            tag = "performance, not a hang"
+        elif index == analysis.root_cause:
             tag = "root cause"
         elif finding.consequence_of is not None:
             tag = f"consequence of [{finding.consequence_of}]"
@@ -235,7 +300,7 @@ def render_html(report: IncidentReport, *, trace_url: str | None = None) -> str:
         "__TITLE__": _e(title),
         "__STYLE__": _asset("report.css"),
         "__VERDICT__": _verdict(analysis),
-        "__FINDINGS__": _findings(analysis),
+        "__FINDINGS__": _findings(analysis) + _lateness(report.lateness),
         "__DATA__": _json_for_script(data),
         "__SCRIPT__": _asset("report.js"),
         "__VERSION__": _e(__version__),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from fr_otel.sim.spec import FAULT_KINDS, FaultTruth, FleetSpec
+from fr_otel.sim.spec import FAULT_KINDS, FaultTruth, FleetSpec, Straggler
 
 if TYPE_CHECKING:
     from fr_otel.sim.dump import FleetDumps
@@ -54,6 +54,7 @@ __all__ = [
     "FleetSpec",
     "Mesh",
     "ProcessGroup",
+    "Straggler",
     "resolve_layout",
     "simulate",
     "to_json_shape",

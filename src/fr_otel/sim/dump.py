@@ -59,7 +59,8 @@ class DumpBuilder:
         world = mesh.world
         jit = engine.jitter
         hosts = (world + RANKS_PER_HOST - 1) // RANKS_PER_HOST
-        host_skew = [int((jit(h, 17) - 0.5) * 6_000_000) for h in range(hosts)]
+        skew_ns = spec.clock_skew_ms * 1_000_000
+        host_skew = [int((jit(h, 17) - 0.5) * (2 * skew_ns)) for h in range(hosts)]
         self.clock = [self.epoch + host_skew[r // RANKS_PER_HOST] for r in range(world)]
         """Per rank: true time -> that host's wall clock."""
         # Every process group runs its own watchdog thread, each with its own phase.

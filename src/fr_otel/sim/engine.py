@@ -210,8 +210,21 @@ class Rendezvous:
 class Engine:
     """Runs every rank's program to completion or to a hang."""
 
-    def __init__(self, mesh: Mesh, programs: list[list[KernelSpec]], cap: int, seed: int) -> None:
+    def __init__(
+        self,
+        mesh: Mesh,
+        programs: list[list[KernelSpec]],
+        cap: int,
+        seed: int,
+        *,
+        cpu_delay_ns: dict[int, int] | None = None,
+        gpu_delay_ns: dict[int, int] | None = None,
+    ) -> None:
         self.mesh = mesh
+        world = len(programs)
+        # stragglers: extra host time before each issue, extra time before each kernel start
+        self.cpu_delay = [(cpu_delay_ns or {}).get(r, 0) for r in range(world)]
+        self.gpu_delay = [(gpu_delay_ns or {}).get(r, 0) for r in range(world)]
         self.cap = cap
         tp, pp = mesh.tp, mesh.pp
         self.ranks = [
@@ -255,6 +268,8 @@ class Engine:
         jit = self.jit
         done_ring = st.done_ring
         issue = self.issue
+        cpu_delay = self.cpu_delay[r]
+        gpu_delay = self.gpu_delay[r]
         while True:
             progressed = False
             # Host: issue works until blocked. Nothing completes while the host issues,
@@ -282,7 +297,11 @@ class Engine:
                     if kind == STOP:
                         st.stuck = True
                         break
-                    t = st.cpu_t + int(k.cpu_ns * (0.5 + jit[(r * 40503 + j * 9973) & _JIT_MASK]))
+                    t = (
+                        st.cpu_t
+                        + int(k.cpu_ns * (0.5 + jit[(r * 40503 + j * 9973) & _JIT_MASK]))
+                        + cpu_delay
+                    )
                     issue(r, st, k, t if t > gate else gate)
                     pc += 1
                     progressed = True
@@ -293,7 +312,7 @@ class Engine:
                 k = w.k
                 if w.start < 0 and not k.gpu_hang:
                     jv = jit[(r * 7919 + w.idx * 104729) & _JIT_MASK]
-                    start = st.free_t + int(k.compute_ns * (0.85 + 0.3 * jv))
+                    start = st.free_t + int(k.compute_ns * (0.85 + 0.3 * jv)) + gpu_delay
                     if w.enq + LAUNCH_NS > start:
                         start = w.enq + LAUNCH_NS
                     w.start = start

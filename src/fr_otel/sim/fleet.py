@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fr_otel.errors import SimulationError
@@ -58,7 +58,17 @@ def simulate(spec: FleetSpec) -> Fleet:
     if plan.rank is not None and plan.last_step is not None:
         stage = mesh.coords(plan.rank)[1]
         programs[plan.rank] = stage_steps[stage] * (steps - 1) + plan.last_step
-    engine = Engine(mesh, programs, spec.entries, spec.seed)
+    delays: dict[str, dict[int, int]] = {"cpu": {}, "gpu": {}}
+    for straggler in spec.stragglers:
+        delays[straggler.side][straggler.rank] = int(straggler.delay_ms * 1_000_000)
+    engine = Engine(
+        mesh,
+        programs,
+        spec.entries,
+        spec.seed,
+        cpu_delay_ns=delays["cpu"],
+        gpu_delay_ns=delays["gpu"],
+    )
     with gc_paused():
         engine.run()
     hang = engine.is_hang()
@@ -68,4 +78,5 @@ def simulate(spec: FleetSpec) -> Fleet:
             f"{engine.describe()}"
         )
     dumps = FleetDumps(DumpBuilder(spec, mesh, engine))
-    return Fleet(spec=spec, dumps=dumps, truth=plan.truth, mesh=mesh)
+    truth = replace(plan.truth, stragglers=spec.stragglers)
+    return Fleet(spec=spec, dumps=dumps, truth=truth, mesh=mesh)

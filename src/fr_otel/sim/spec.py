@@ -37,6 +37,28 @@ def parse_version(version: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+STRAGGLER_SIDES = ("cpu", "gpu")
+"""``cpu``: the rank's host issues every work late (a slow data loader, a noisy neighbour);
+``gpu``: it issues on time but every kernel starts late (a throttled GPU)."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class Straggler:
+    """A rank that is late to every work it runs, by ``delay_ms``, on one side."""
+
+    rank: int
+    delay_ms: float
+    side: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.side not in STRAGGLER_SIDES:
+            raise _fail("stragglers", f"side must be one of {STRAGGLER_SIDES}, got {self.side!r}")
+        if not isinstance(self.rank, int) or isinstance(self.rank, bool) or self.rank < 0:
+            raise _fail("stragglers", f"rank must be a non-negative int, got {self.rank!r}")
+        if not self.delay_ms > 0:
+            raise _fail("stragglers", f"delay_ms must be positive, got {self.delay_ms!r}")
+
+
 def _fail(field: str, message: str) -> SimulationError:
     return SimulationError(f"{field}: {message}")
 
@@ -67,6 +89,11 @@ class FleetSpec:
     """Dump format version; "2.10" adds ``thread_*`` and ``comm_lib_version``."""
     timeout_ms: int = 600_000
     """Collective timeout; a hung job dumps one watchdog timeout after its oldest stuck work."""
+    stragglers: tuple[Straggler, ...] = ()
+    """Ranks that are late to every work they run (a slow job, not a stuck one)."""
+    clock_skew_ms: float = 3.0
+    """Each host's clock (8 ranks per host) is off the true time by up to this much, either
+    way, as FR times of different hosts are."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.world, int) or isinstance(self.world, bool):
@@ -102,6 +129,11 @@ class FleetSpec:
         parse_version(self.version)
         if not isinstance(self.timeout_ms, int) or self.timeout_ms < 1:
             raise _fail("timeout_ms", f"must be a positive int, got {self.timeout_ms!r}")
+        for straggler in self.stragglers:
+            if straggler.rank >= self.world:
+                raise _fail("stragglers", f"rank {straggler.rank} is outside [0, {self.world})")
+        if not self.clock_skew_ms >= 0:
+            raise _fail("clock_skew_ms", f"must be >= 0, got {self.clock_skew_ms!r}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -126,3 +158,5 @@ class FaultTruth:
     """One sentence saying what the culprit did."""
     p2p_seq_id: int | None = None
     """For ``p2p_unmatched``: the sender's ``p2p_seq_id`` of the send left without a recv."""
+    stragglers: tuple[Straggler, ...] = ()
+    """The ranks made late (``FleetSpec.stragglers``): what a straggler finding must name."""

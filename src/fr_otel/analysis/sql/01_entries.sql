@@ -7,7 +7,10 @@ CREATE OR REPLACE TEMP TABLE e AS
 WITH raw AS (
     SELECT
         rank, record_id, collective_seq_id AS seq, p2p_seq_id, op, peer, time_created_ns,
-        timeout_ms, dump_time_ns, backend = 'gloo' AS gloo, state = 'started' AS state_started,
+        timeout_ms, dump_time_ns,
+        -- arrival lateness and clock offsets (stragglers.py, clocks.py)
+        time_completed_ns, duration_ms,
+        backend = 'gloo' AS gloo, state = 'started' AS state_started,
         -- group names are unique within an incident unless replicas reuse them (torchft):
         -- then the rank set must be hashed too, which costs more with every rank
         CASE WHEN $gid_by_name THEN hash(pg_name) ELSE hash(pg_name, pg_ranks) END AS gid,

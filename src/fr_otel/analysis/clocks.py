@@ -1,0 +1,91 @@
+"""Clock offsets between ranks, from events that happen at the same moment on every rank.
+
+FR times are each host's wall clock, and hosts disagree by milliseconds (often more): a
+rank whose clock runs 0.5 s behind would look 0.5 s early to every collective. A
+collective completes at about the same moment on every member (the last arrival lets
+them all finish), so the completion times of one collective, as each rank recorded them,
+differ by the members' clock offsets plus noise. Only completion times an op's own return
+gives count (the recorder's, on gloo): NCCL's ``time_discovered_completed_ns`` is when
+its watchdog thread noticed, a poll whose phase differs from rank to rank by as much as
+an offset would, so NCCL entries give no clock evidence (their GPU durations, where every
+member has one, need none). Per group and rank, the offset is the median, over the
+group's collectives, of the rank's completion time minus the members' mean completion
+time of it; the residual uncertainty is the standard error of that median (from the
+standard deviation of the per-collective differences). An offset within three times its
+uncertainty is taken as zero. Offsets are relative to the group's consensus, which is all
+that comparing members of one group needs.
+
+Without completion times (torch's gloo dumps record none) no offset is estimated: the
+offset is taken as zero and its uncertainty is unknown (null).
+
+The SQL below is a fragment of ``stragglers.ARRIVAL_SQL``: it reads the CTE ``joined``
+(one completed collective entry per rank and slot, with ``gid`` and its slot's
+``completed_center``; ``time_completed_ns`` null where it is no evidence) and defines ``clock``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+MEDIAN_SE = 1.2533
+"""Standard error of a sample median over that of the mean, for normal noise."""
+
+MIN_SAMPLES = 3
+"""Collectives with completion times needed before an offset is estimated at all."""
+
+SIGNIFICANT = 3
+"""An estimated offset is applied only beyond this many times its uncertainty."""
+
+CLOCK_SQL = f"""
+clock_dev AS (
+    SELECT gid, rank, time_completed_ns - completed_center AS d
+    FROM joined
+    WHERE time_completed_ns IS NOT NULL AND completed_center IS NOT NULL
+),
+clock_raw AS (
+    -- the spread from the standard deviation: no second pass over the differences, and an
+    -- outlier (a completion noticed late) only widens the uncertainty, which errs on the
+    -- side of naming no one
+    SELECT gid, rank, count(*) AS clock_samples, median(d)::BIGINT AS offset_ns,
+           round({MEDIAN_SE} * coalesce(stddev_samp(d), 0) / sqrt(count(*)))::BIGINT
+               AS uncertainty_ns
+    FROM clock_dev
+    GROUP BY gid, rank
+    HAVING count(*) >= {MIN_SAMPLES}
+),
+clock AS (
+    -- an offset within its noise is no evidence of one (ranks of one host share a clock):
+    -- applying it would only add that noise to every comparison
+    SELECT gid, rank, clock_samples, uncertainty_ns,
+           CASE WHEN abs(offset_ns) > {SIGNIFICANT} * uncertainty_ns THEN offset_ns ELSE 0 END
+               AS offset_ns
+    FROM clock_raw
+)
+"""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClockOffset:
+    """One rank's clock against its group's consensus."""
+
+    rank: int
+    offset_ns: int
+    """How far the rank's clock runs ahead of the group's (negative: behind)."""
+    uncertainty_ns: int | None
+    """Standard error of the estimate; None when no completion times allowed one."""
+
+
+def offsets(
+    connection: duckdb.DuckDBPyConnection, *, table: str = "arrival"
+) -> dict[tuple[int, int], ClockOffset]:
+    """(group key, rank) -> the offset the ``arrival`` table applied to that rank."""
+    rows = connection.execute(
+        f"SELECT gid, rank, any_value(clock_offset_ns), any_value(clock_uncertainty_ns)"
+        f" FROM {table} GROUP BY gid, rank"
+    ).fetchall()
+    return {
+        (gid, rank): ClockOffset(rank=rank, offset_ns=int(off or 0), uncertainty_ns=unc)
+        for gid, rank, off, unc in rows
+    }

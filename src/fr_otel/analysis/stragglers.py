@@ -1,0 +1,563 @@
+"""Stragglers: ranks that are consistently late to their groups' collectives.
+
+A job that is slow but not stuck runs at the pace of its slowest rank. Flight Recorder
+holds the evidence: per collective, when each member issued it (``time_created_ns``) and,
+with NCCL timing, how long each member's kernel ran (``duration_ms``).
+
+*Arrival lateness* (the ``arrival`` relation, one row per rank per completed collective):
+how long after the group's first member a member arrived. Where every member of a
+collective has a GPU duration, arrival is the kernel's start: the kernel of every member
+ends at the same moment, so a member that started later ran for less time, and
+``longest duration - own duration`` is its lateness, free of clock offsets (NCCL's own
+``time_discovered_started_ns`` is the watchdog's discovery, up to a poll interval late,
+too coarse for milliseconds). Elsewhere arrival is the issue time, corrected by the
+rank's clock offset (``clocks``).
+
+*Stragglers*: per group and call site (a step calls each site once or a fixed number of
+times, so a rank slow before one particular collective is late there every time, and
+only there), a member is named when it is late there consistently: later than the mean
+of the collective's members but the latest in at least ``CONSISTENCY`` of the cases (a
+binomial test against chance gives the confidence), by a median margin over the site's
+typical member of at least ``MIN_EXCESS_NS`` and of ``CLOCK_MARGIN`` times the clock
+uncertainty. Jitter makes every rank late some of the time, so a healthy job names nobody.
+Only each group's last ``WINDOW_SLOTS`` collectives are read.
+
+Lateness spreads: the peers a straggler holds up in one group reach their next collective
+in another group late too, as a block. A rank is named only when it is late among its
+nearest peers (its smallest group), and not when it is on time in a group shared with a
+late rank (it waited there for that rank) or shares a pipeline's send/recv group with one
+(see ``_origins``); when two ranks would explain each other, the one late in the smaller
+group, then the later by more, is the origin.
+
+A straggler is a performance finding, never the cause of a hang: it takes no part in the
+root cause and is listed after the hang findings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from fr_otel.analysis.clocks import CLOCK_SQL
+from fr_otel.analysis.findings import Finding, GroupRef
+
+MIN_COLLECTIVES = 20
+"""Collectives at one call site before a rank's lateness there is judged at all: fewer are
+thin evidence (rank 0 printing its loss each step of a short run is late every time)."""
+
+CONSISTENCY = 0.9
+"""Share of a site's collectives where a straggler is later than its typical member (the
+mean of all but the latest member)."""
+
+MIN_EXCESS_NS = 1_000_000
+"""Median margin over the typical member below which lateness is not worth a finding: a
+millisecond per collective is where a straggler starts to cost a step measurable time."""
+
+CLOCK_MARGIN = 3.0
+"""Lateness must exceed this many times the clock offsets' uncertainty."""
+
+MAX_P_VALUE = 1e-3
+"""Chance, for a rank as punctual as its peers (later than them about half the time), of
+being that often later."""
+
+CPU_SHARE = 0.75
+"""A straggler whose issue times are at least this share of its kernels' lateness is late
+on the CPU side (it issues late); below, its GPU is."""
+
+_COLLECTIVE_FILTER = """collective_seq_id IS NOT NULL AND NOT coalesce(is_p2p, false)
+      AND op NOT IN ('send', 'recv', 'coalesced')
+      AND (state = 'completed' OR (backend = 'gloo' AND coalesce(retired, false)))"""
+
+COLL_FROM_ROWS = f"""
+coll AS MATERIALIZED (
+    -- completed collectives only: one row per rank and slot (a coalesced batch: its first)
+    SELECT job, incident, rank, pg_name, pg_desc, list_sort(pg_ranks) AS pg_ranks,
+           hash(job, incident, pg_name, list_sort(pg_ranks)) AS gid, len(pg_ranks) AS members,
+           collective_seq_id, op, record_id, call_site, hash(call_site) AS site,
+           time_created_ns,
+           -- NCCL's completion times are its watchdog noticing (a poll, ms apart across
+           -- ranks): no clock evidence (clocks.py)
+           CASE WHEN backend = 'gloo' THEN time_completed_ns END AS time_completed_ns,
+           duration_ms
+    FROM {{source}}
+    WHERE {{where}} AND {_COLLECTIVE_FILTER}
+    QUALIFY row_number() OVER (
+        PARTITION BY job, incident, pg_name, pg_ranks, collective_seq_id, rank
+        ORDER BY record_id) = 1
+)"""
+"""Arrival rows straight from canonical rows (``fr-otel sql``'s view, any incident)."""
+
+WINDOW_SLOTS = 200
+"""Collectives per group the straggler analysis reads: the most recent ones. A straggler
+is late every step, so a few hundred collectives show it as well as thousands would, at
+a fraction of the cost."""
+
+COLL_FROM_ENTRIES = f"""
+coll AS MATERIALIZED (
+    -- the analyzer's own entries table (01_entries.sql): read once, already reduced; each
+    -- group's last WINDOW_SLOTS collectives
+    SELECT c.rank, c.gid, w.members, c.seq AS collective_seq_id, c.op, c.record_id, c.site,
+           c.time_created_ns, CASE WHEN c.gloo THEN c.time_completed_ns END AS time_completed_ns,
+           c.duration_ms
+    FROM (
+        SELECT * FROM e
+        WHERE NOT p2p AND done AND NOT in_batch AND op <> 'coalesced'
+    ) c
+    JOIN (
+        SELECT gid, max(max_seq) - {WINDOW_SLOTS} AS after_seq,
+               any_value(len(g.members)) AS members
+        FROM windows JOIN groups g USING (gid)
+        GROUP BY gid
+    ) w USING (gid)
+    WHERE c.seq > w.after_seq
+)"""
+"""Arrival rows of the incident under analysis, from its ``e``, ``groups`` and ``windows``
+tables."""
+
+ARRIVAL_SQL = f"""
+WITH {{coll}},
+slot AS (
+    -- collectives every member completed
+    SELECT gid, collective_seq_id, count(*) AS present, count(duration_ms) AS timed,
+           max(duration_ms) AS longest, min(duration_ms) AS shortest,
+           sum(duration_ms) AS total_duration,
+           -- the members' mean completion (a double: 256 ns steps, plenty): a member whose
+           -- completion was noticed late moves it, the median over collectives does not
+           avg(time_completed_ns)::BIGINT AS completed_center,
+           -- a time near the slot's, so that sums of its times stay small and exact
+           avg(time_created_ns)::BIGINT AS reference_ns
+    FROM coll
+    GROUP BY gid, collective_seq_id
+    HAVING count(*) = any_value(members) AND count(*) > 1
+),
+joined AS MATERIALIZED (
+    SELECT c.*, s.* EXCLUDE (gid, collective_seq_id)
+    FROM coll c JOIN slot s USING (gid, collective_seq_id)
+),
+{CLOCK_SQL},
+placed AS MATERIALIZED (
+    SELECT j.*, coalesce(k.offset_ns, 0) AS clock_offset_ns,
+           k.uncertainty_ns AS clock_uncertainty_ns,
+           j.time_created_ns - coalesce(k.offset_ns, 0) AS arrival_ns,
+           j.time_created_ns - coalesce(k.offset_ns, 0) - j.reference_ns AS relative_ns,
+           j.timed = j.present AS gpu
+    FROM joined j LEFT JOIN clock k USING (gid, rank)
+),
+arrived AS (
+    -- per slot, over clock-corrected issue times (a grouping: far cheaper than a window)
+    SELECT gid, collective_seq_id, min(relative_ns) AS first_ns, max(relative_ns) AS last_ns,
+           sum(relative_ns) AS sum_ns
+    FROM placed
+    GROUP BY gid, collective_seq_id
+),
+windowed AS (
+    SELECT p.*,
+           p.relative_ns - a.first_ns AS issue_lateness_ns,
+           CASE WHEN p.gpu THEN round((p.longest - p.duration_ms) * 1e6)::BIGINT END
+               AS gpu_lateness_ns,
+           -- the latest member's lateness, and the mean of the others' (stragglers.py)
+           CASE WHEN p.gpu THEN (p.longest - p.shortest) * 1e6 ELSE a.last_ns - a.first_ns END
+               AS latest_ns,
+           CASE WHEN p.gpu
+                THEN ((p.present - 1) * p.longest - p.total_duration + p.shortest) * 1e6
+                     / (p.present - 1)
+                ELSE (a.sum_ns - a.last_ns) / (p.present - 1) - a.first_ns END AS typical_ns
+    FROM placed p JOIN arrived a USING (gid, collective_seq_id)
+)
+SELECT * EXCLUDE (relative_ns, reference_ns, gpu),
+       coalesce(gpu_lateness_ns, issue_lateness_ns) AS lateness_ns,
+       CASE WHEN gpu THEN 'gpu_start' ELSE 'issue' END AS basis
+FROM windowed
+"""
+
+ARRIVAL_COLUMNS = (
+    "job, incident, pg_name, pg_desc, pg_ranks, collective_seq_id, op, rank, record_id,"
+    " call_site, time_created_ns, clock_offset_ns, clock_uncertainty_ns, arrival_ns,"
+    " issue_lateness_ns, gpu_lateness_ns, lateness_ns, basis"
+)
+"""What the documented ``arrival`` view shows (``gid`` is the analyzer's own key)."""
+
+
+def create_arrival(
+    connection: duckdb.DuckDBPyConnection,
+    *,
+    source: str | None = None,
+    name: str = "arrival",
+) -> None:
+    """Create ``name``: as a temporary table, the arrival rows of the incident whose
+    ``e`` and ``groups`` tables the analyzer built in ``connection``; with ``source`` (a
+    relation of canonical rows), as a view over every incident in it."""
+    if source is None:
+        body = ARRIVAL_SQL.format(coll=COLL_FROM_ENTRIES)
+        connection.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {body}")
+        return
+    coll = COLL_FROM_ROWS.format(source=source, where="true")
+    body = ARRIVAL_SQL.format(coll=coll)
+    connection.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {ARRIVAL_COLUMNS} FROM ({body})")
+
+
+def arrival_query(source: str, where: str) -> str:
+    """A query of the arrival rows of ``source`` (canonical rows) that ``where`` selects."""
+    coll = COLL_FROM_ROWS.format(source=source, where=where)
+    return f"SELECT {ARRIVAL_COLUMNS} FROM ({ARRIVAL_SQL.format(coll=coll)})"
+
+
+_SITE_STATS = """
+SELECT gid, coalesce(site, hash(op)) AS unit, any_value(op), rank, count(*) AS n,
+       quantile_cont(lateness_ns, 0.5) AS p50,
+       count(*) FILTER (WHERE lateness_ns >= latest_ns) AS last,
+       count(*) FILTER (WHERE lateness_ns > typical_ns) AS above,
+       arg_max(record_id, lateness_ns) AS example_record,
+       arg_max(collective_seq_id, lateness_ns) AS example_seq,
+       any_value(basis) AS basis,
+       any_value(clock_offset_ns) AS clock_offset_ns,
+       any_value(clock_uncertainty_ns) AS clock_uncertainty_ns
+FROM arrival
+GROUP BY gid, unit, rank
+"""
+
+
+@dataclass(kw_only=True, slots=True)
+class SiteLateness:
+    """One rank's lateness at one call site of one group."""
+
+    gid: int
+    group: GroupRef
+    unit: int
+    """The call site's hash (the op's where the entry has no stack)."""
+    op: str
+    rank: int
+    collectives: int
+    p50_ns: float
+    last: int
+    above: int
+    example_record: int
+    example_seq: int
+    basis: str
+    clock_offset_ns: int
+    clock_uncertainty_ns: int | None
+    peers_p50_ns: float = 0.0
+    confidence: float = 0.0
+    p90_ns: float = 0.0
+    """Filled in for the sites of named ranks only (``_detail``), as are the issue times."""
+    issue_p50_ns: float = 0.0
+    issue_peers_p50_ns: float = 0.0
+    lost_ns: int = 0
+    """How much earlier its collectives would have run without its lateness (``_detail``)."""
+    steps: int = 0
+
+    @property
+    def excess_ns(self) -> float:
+        return self.p50_ns - self.peers_p50_ns
+
+
+@dataclass(kw_only=True, slots=True)
+class _Candidate:
+    rank: int
+    sites: list[SiteLateness] = field(default_factory=list)
+
+    def groups(self) -> set[int]:
+        return {s.gid for s in self.sites}
+
+    def smallest_group(self) -> int:
+        return min(len(s.group.ranks or ()) for s in self.sites)
+
+
+def _p_value(successes: int, trials: int) -> float:
+    """P(X >= successes) for X ~ Binomial(trials, 1/2)."""
+    if trials <= 200:
+        tail = sum(math.comb(trials, k) for k in range(successes, trials + 1))
+        return float(tail / 2**trials)
+    # normal approximation with continuity correction (exact sums grow slow past this)
+    z = (successes - 0.5 - trials / 2) / math.sqrt(trials / 4)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _lower_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def site_lateness(
+    connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
+) -> list[SiteLateness]:
+    """Per (group, call site, rank) lateness from the ``arrival`` table, with the site's
+    typical member filled in; ``groups``: the analyzer's, by its group key."""
+    rows = connection.execute(_SITE_STATS).fetchall()
+    by_site: dict[tuple[int, int], list[SiteLateness]] = defaultdict(list)
+    for row in rows:
+        gid, unit, op, rank, n, p50, last, above, record, seq, basis, offset, unc = row
+        group = groups.get(gid) or GroupRef(name=str(gid), desc=None, ranks=None, key=gid)
+        by_site[(gid, unit)].append(
+            SiteLateness(
+                gid=gid,
+                group=group,
+                unit=unit,
+                op=op,
+                rank=rank,
+                collectives=n,
+                p50_ns=float(p50),
+                last=last,
+                above=above,
+                example_record=record,
+                example_seq=seq,
+                basis=basis,
+                clock_offset_ns=int(offset or 0),
+                clock_uncertainty_ns=unc,
+            )
+        )
+    steps: dict[int, int] = defaultdict(int)
+    for (gid, _), members in by_site.items():
+        steps[gid] = max(steps[gid], max(m.collectives for m in members))
+    result = []
+    for (gid, _), members in by_site.items():
+        # the typical member: the lower median, so that two stragglers of four ranks do
+        # not pull it up to half their lateness
+        peers = _lower_median([m.p50_ns for m in members])
+        for member in members:
+            member.peers_p50_ns = peers
+            member.steps = steps[gid]
+            result.append(member)
+    return result
+
+
+def _late(site: SiteLateness, uncertainty_ns: int | None) -> bool:
+    if site.collectives < MIN_COLLECTIVES or site.above < CONSISTENCY * site.collectives:
+        return False
+    if site.excess_ns < MIN_EXCESS_NS:
+        return False
+    # issue times compare clocks: never name a rank within their uncertainty
+    if (
+        site.basis == "issue"
+        and uncertainty_ns is not None
+        and site.excess_ns <= CLOCK_MARGIN * uncertainty_ns
+    ):
+        return False
+    p_value = _p_value(site.above, site.collectives)
+    site.confidence = 1.0 - p_value
+    return p_value <= MAX_P_VALUE
+
+
+def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]) -> list[Finding]:
+    """``straggler`` findings of the incident under analysis (see ``create_arrival``).
+
+    Their ``evidence["example"]`` and each site's ``entry`` are (rank, record_id)
+    references: the analyzer resolves them (call site, sizes, dtypes) with the stacks."""
+    by_members = {_key(g): g for g in groups.values()}
+    sites = site_lateness(connection, groups)
+    # the clock uncertainty of a comparison within a group: its least certain member's
+    uncertainty: dict[int, int | None] = {}
+    for site in sites:
+        if site.clock_uncertainty_ns is not None:
+            known = uncertainty.get(site.gid) or 0
+            uncertainty[site.gid] = max(known, site.clock_uncertainty_ns)
+    late: dict[int, _Candidate] = {}
+    for site in sites:
+        if _late(site, uncertainty.get(site.gid)):
+            late.setdefault(site.rank, _Candidate(rank=site.rank)).sites.append(site)
+    with_collectives = {_key(group) for group in {s.gid: s.group for s in sites}.values()}
+    # a rank's nearest peers are its smallest group: lateness of its own shows there, where
+    # lateness it inherited (it waited for someone elsewhere) moves the group as a block
+    nearest: dict[int, int] = {}
+    for group in with_collectives:
+        for rank in group[1]:
+            nearest[rank] = min(nearest.get(rank, len(group[1])), len(group[1]))
+    near = {rank for rank, c in late.items() if c.smallest_group() == nearest.get(rank)}
+    named = _origins(late, near, list(by_members), with_collectives)
+    _detail(connection, [s for rank in named for s in late[rank].sites])
+    findings = [_finding(late[rank], sites, uncertainty) for rank in sorted(named)]
+    # the costliest first: the one whose cure would speed the job up the most
+    findings.sort(key=lambda f: -f.evidence["time_lost_ms_total"])
+    return findings
+
+
+_DETAIL = """
+WITH a AS (
+    SELECT gid, coalesce(site, hash(op)) AS unit, collective_seq_id, rank, lateness_ns,
+           issue_lateness_ns
+    FROM arrival WHERE gid IN (SELECT DISTINCT gid FROM wanted)
+),
+s AS (
+    SELECT gid, collective_seq_id, max(lateness_ns) AS top, max(lateness_ns, 2)[2] AS runner_up
+    FROM a GROUP BY gid, collective_seq_id
+)
+SELECT a.gid, a.unit, a.rank, quantile_cont(a.lateness_ns, 0.9),
+       quantile_cont(a.issue_lateness_ns, 0.5),
+       coalesce(sum(CASE WHEN a.lateness_ns = s.top THEN s.top - s.runner_up END), 0)
+FROM a SEMI JOIN (SELECT DISTINCT gid, unit FROM wanted) w USING (gid, unit)
+JOIN s USING (gid, collective_seq_id)
+GROUP BY a.gid, a.unit, a.rank
+"""
+
+
+def _detail(connection: duckdb.DuckDBPyConnection, sites: list[SiteLateness]) -> None:
+    """p90, time lost and issue-time lateness of the named ranks' sites (and their peers'
+    issue times, which the side needs): only for those few sites, not every one."""
+    if not sites:
+        return
+    connection.execute("CREATE OR REPLACE TEMP TABLE wanted (gid UBIGINT, unit UBIGINT)")
+    connection.executemany(
+        "INSERT INTO wanted VALUES (?, ?)", sorted({(s.gid, s.unit) for s in sites})
+    )
+    rows = connection.execute(_DETAIL).fetchall()
+    issue: dict[tuple[int, int], list[float]] = defaultdict(list)
+    values: dict[tuple[int, int, int], tuple[float, float, int]] = {}
+    for gid, unit, rank, p90, ip50, lost in rows:
+        values[(gid, unit, rank)] = (float(p90), float(ip50), int(lost))
+        issue[(gid, unit)].append(float(ip50))
+    for site in sites:
+        site.p90_ns, site.issue_p50_ns, site.lost_ns = values.get(
+            (site.gid, site.unit, site.rank), (0.0, 0.0, 0)
+        )
+        site.issue_peers_p50_ns = _lower_median(issue[(site.gid, site.unit)] or [0.0])
+
+
+GroupKey = tuple[str, tuple[int, ...]]
+
+
+def _key(group: GroupRef) -> GroupKey:
+    return (group.name, tuple(sorted(group.ranks or ())))
+
+
+def _origins(
+    late: dict[int, _Candidate],
+    near: set[int],
+    groups: list[GroupKey],
+    with_collectives: set[GroupKey],
+) -> set[int]:
+    """Of the late ranks ``near`` (late among their nearest peers), those whose lateness
+    is their own.
+
+    A late rank ``q`` may have inherited its lateness from a late rank ``r`` it shares a
+    group with, where ``q`` is not late: one where ``r`` is (``q`` waited for it there),
+    or one without collectives to judge (a pipeline's sends and receives, where ``q``
+    waits for ``r``'s activations). Of two ranks that could each have inherited from the
+    other, the one late in the smaller group, then the one later by more, is the origin."""
+    late_in: dict[GroupKey, list[int]] = {}
+    of_rank: dict[int, list[GroupKey]] = defaultdict(list)
+    for group in groups:
+        members = [rank for rank in group[1] if rank in late]
+        if members:
+            late_in[group] = members
+            for rank in members:
+                of_rank[rank].append(group)
+    flagged = {rank: {_key(s.group) for s in c.sites} for rank, c in late.items()}
+    explained: dict[int, set[int]] = {}
+
+    def explained_by(rank: int) -> set[int]:
+        if rank not in explained:
+            explained[rank] = {
+                other
+                for group in of_rank[rank]
+                if group not in flagged[rank]
+                for other in late_in[group]
+                if other != rank and (group in flagged[other] or group not in with_collectives)
+            }
+        return explained[rank]
+
+    return {
+        rank
+        for rank in near
+        if all(
+            rank in explained_by(o) and _origin_key(late[rank]) > _origin_key(late[o])
+            for o in explained_by(rank)
+        )
+    }
+
+
+def _origin_key(candidate: _Candidate) -> tuple[int, float]:
+    """Of two late ranks that could each have inherited from the other: the one late among
+    the fewest peers, then the later by more, is the origin."""
+    return (-candidate.smallest_group(), max(s.excess_ns for s in candidate.sites))
+
+
+def _ms(ns: float) -> float:
+    return round(ns / 1e6, 3)
+
+
+def _finding(
+    candidate: _Candidate, sites: list[SiteLateness], uncertainty: dict[int, int | None]
+) -> Finding:
+    rank = candidate.rank
+    # the site where the rank costs the most: the one the finding is about
+    main = max(candidate.sites, key=lambda s: (s.lost_ns, s.excess_ns))
+    lost_in_group = sum(s.lost_ns for s in candidate.sites if s.gid == main.gid)
+    per_step_ns = lost_in_group / max(main.steps, 1)
+    # the smallest group the rank is late in shows the origin best: in larger ones its
+    # issue times carry the waits its own lateness caused
+    smallest = candidate.smallest_group()
+    side = _side([s for s in candidate.sites if len(s.group.ranks or ()) == smallest])
+    unc = uncertainty.get(main.gid)
+    summary = (
+        f"rank {rank} is late to {main.op} in {main.group.label()}: last in"
+        f" {main.last} of {main.collectives} collectives, {_ms(main.p50_ns):g} ms after the"
+        f" first member at the median (p90 {_ms(main.p90_ns):g} ms; its peers"
+        f" {_ms(main.peers_p50_ns):g} ms), about {_ms(per_step_ns):g} ms lost per step"
+        f" ({_SIDE_WORDS[side]}); a performance problem, not a hang"
+    )
+    evidence: dict[str, Any] = {
+        "lateness_ms": {"median": _ms(main.p50_ns), "p90": _ms(main.p90_ns)},
+        "peers_median_ms": _ms(main.peers_p50_ns),
+        "excess_ms": _ms(main.excess_ns),
+        "last_fraction": round(main.last / main.collectives, 3),
+        "later_than_peers_fraction": round(main.above / main.collectives, 3),
+        "collectives": main.collectives,
+        "confidence": round(main.confidence, 6),
+        "time_lost_ms_per_step": _ms(per_step_ns),
+        "time_lost_ms_total": _ms(lost_in_group),
+        "steps": main.steps,
+        "side": side,
+        "basis": main.basis,
+        # the entry where it was latest: its call site, sizes and dtypes
+        "example": {"collective_seq_id": main.example_seq, "entry": (rank, main.example_record)},
+        "clock": {
+            "offset_ms": _ms(main.clock_offset_ns),
+            "uncertainty_ms": None if unc is None else _ms(unc),
+            "estimated": unc is not None,
+        },
+        "sites": [
+            {
+                "process_group": s.group.to_dict(),
+                "op": s.op,
+                "entry": (rank, s.example_record),
+                "collectives": s.collectives,
+                "lateness_ms": {"median": _ms(s.p50_ns), "p90": _ms(s.p90_ns)},
+                "excess_ms": _ms(s.excess_ns),
+                "last_fraction": round(s.last / s.collectives, 3),
+                "confidence": round(s.confidence, 6),
+            }
+            for s in sorted(candidate.sites, key=lambda s: -s.lost_ns)
+        ],
+    }
+    return Finding(
+        kind="straggler",
+        group=main.group,
+        collective_seq_id=None,
+        op=main.op,
+        culprit_ranks=[rank],
+        summary=summary,
+        evidence=evidence,
+        frames={"culprit": {str(rank): (rank, main.example_record)}},
+    )
+
+
+_SIDE_WORDS = {
+    "cpu": "it issues the collective late",
+    "gpu": "it issues on time, its kernel starts late",
+    "unknown": "issue and kernel start times cannot tell which side",
+}
+
+
+def _side(sites: list[SiteLateness]) -> str:
+    """``cpu`` when the rank also issued late, ``gpu`` when only its kernels started late."""
+    if any(site.basis != "gpu_start" for site in sites):
+        return "cpu"
+    # a rank whose GPU is slow issues late too at times (its host waits for its GPU before
+    # it may queue more work), but its kernels start later still: a CPU straggler's GPU
+    # waits for its host, so its kernels start about as late as it issued them
+    issue_excess = sum(site.issue_p50_ns - site.issue_peers_p50_ns for site in sites)
+    return "cpu" if issue_excess >= CPU_SHARE * sum(site.excess_ns for site in sites) else "gpu"
