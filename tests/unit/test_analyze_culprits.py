@@ -80,19 +80,27 @@ def test_one_fault_is_one_root_and_one_finding_per_consequence(tmp_path: Path, f
             assert "not at fault" in finding.summary
 
 
+def _cut_rank_3(folder: Path, start: int | None, stop: int | None) -> None:
+    """Keep rank 3's entries from ``start`` to ``stop``, counted from its last pair
+    all_reduce (the collective it skipped next)."""
+    path = folder / "comm_lib_trace_rank_3"
+    dump = pickle.loads(path.read_bytes())
+    last_pair = max(
+        i for i, e in enumerate(dump["entries"]) if e["process_group"][1] != "default_pg"
+    )
+    dump["entries"] = dump["entries"][
+        None if start is None else last_pair + start : None if stop is None else last_pair + stop
+    ]
+    path.write_bytes(pickle.dumps(dump))
+
+
 def _subgroups(tmp_path: Path, *, drop_replica_pair: bool) -> Path:
     folder = tmp_path / "subgroups"
     shutil.copytree(DATA / "workload_subgroups_skip", folder)
     # rank 3's buffer wrapped: it begins one op before its last pair all_reduce, so its own
     # history (what it issued between its pair all_reduces a step earlier) no longer shows
     # the skip; only the order of the two waits can name it
-    path = folder / "comm_lib_trace_rank_3"
-    dump = pickle.loads(path.read_bytes())
-    last_pair = max(
-        i for i, e in enumerate(dump["entries"]) if e["process_group"][1] != "default_pg"
-    )
-    dump["entries"] = dump["entries"][last_pair - 1 :]
-    path.write_bytes(pickle.dumps(dump))
+    _cut_rank_3(folder, -1, None)
     if drop_replica_pair:
         # ranks 0 and 2 keep only their default-group entries: nobody in the same role
         # shows any more which of the two waits came first
@@ -135,13 +143,7 @@ def test_a_rank_stopped_after_the_same_stretch_did_not_skip(tmp_path: Path) -> N
     # collective, not past it; no skip is claimed
     folder = tmp_path / "stopped"
     shutil.copytree(DATA / "workload_subgroups_skip", folder)
-    path = folder / "comm_lib_trace_rank_3"
-    dump = pickle.loads(path.read_bytes())
-    last_pair = max(
-        i for i, e in enumerate(dump["entries"]) if e["process_group"][1] != "default_pg"
-    )
-    dump["entries"] = dump["entries"][: last_pair + 3]
-    path.write_bytes(pickle.dumps(dump))
+    _cut_rank_3(folder, None, 3)
     analysis = analyze(folder)
     assert all(f.kind != "skipped_collective" for f in analysis.findings), [
         f.summary for f in analysis.findings

@@ -58,7 +58,7 @@ class Torch:
         return {"_dump_fr_trace_json": [dict(e) for e in self.entries]}
 
 
-def _setup(tmp_path: Path) -> tuple[RingWriter, Torch, FrMirror]:
+def _setup(tmp_path: Path, *, complete: bool = False) -> tuple[RingWriter, Torch, FrMirror]:
     main = RingWriter(
         tmp_path / "rank-000000", capacity=64, rank=0, world=2, job="j", backend="gloo"
     )
@@ -70,6 +70,8 @@ def _setup(tmp_path: Path) -> tuple[RingWriter, Torch, FrMirror]:
         describe=lambda pg: (INFO, 8 * 10**9),
         timeout_s=None,
         read=torch.read,
+        complete=complete,
+        fr_capacity=2000,
     )
     return main, torch, mirror
 
@@ -158,19 +160,7 @@ def test_an_unhooked_op_within_its_timeout_is_not_overdue(tmp_path: Path) -> Non
 
 def test_continuous_mode_reads_before_torch_overwrites_within_a_cost_cap(tmp_path: Path) -> None:
     _, _, incident = _setup(tmp_path / "a")
-    main = RingWriter(
-        tmp_path / "b" / "rank-000000", capacity=64, rank=0, world=2, job="j", backend="gloo"
-    )
-    continuous = FrMirror(
-        main=main,
-        base=torch_ring_base(main.base),
-        groups=dict,
-        describe=lambda pg: (INFO, 8 * 10**9),
-        timeout_s=None,
-        read=Torch().read,
-        complete=True,
-        fr_capacity=2000,
-    )
+    _, _, continuous = _setup(tmp_path / "b", complete=True)
     for mirror in (incident, continuous):
         mirror.stats.last_cost_s = 0.04  # a 2,000-entry dump here
         mirror.rate = 100.0  # collectives a second
@@ -187,18 +177,7 @@ def test_continuous_mode_reads_before_torch_overwrites_within_a_cost_cap(tmp_pat
 
 
 def test_the_peak_rate_remembers_a_burst_and_forgets_it_slowly(tmp_path: Path) -> None:
-    main = RingWriter(
-        tmp_path / "c" / "rank-000000", capacity=64, rank=0, world=2, job="j", backend="gloo"
-    )
-    mirror = FrMirror(
-        main=main,
-        base=torch_ring_base(main.base),
-        groups=dict,
-        describe=lambda pg: (INFO, 8 * 10**9),
-        timeout_s=None,
-        read=Torch().read,
-        complete=True,
-    )
+    _, _, mirror = _setup(tmp_path, complete=True)
     mirror._measure_rate(0.0, {"0": 0})
     mirror._measure_rate(1.0, {"0": 1000})  # a burst: 1,000 a second
     mirror._measure_rate(2.0, {"0": 1100})  # then 100 a second

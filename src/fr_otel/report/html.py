@@ -116,12 +116,20 @@ def _verdict(analysis: Analysis) -> str:
             f"<li><b>{_e(who or 'at')}</b> <code>{_e(site)}</code></li>" for who, site in locations
         )
         facts.append(("Code", f'<ul class="sites">{items}</ul>'))
+    scope = f"{header}; {len(analysis.findings)} finding(s)."
+    return _verdict_section("Root cause", root.summary, facts, scope, notes_html)
+
+
+def _verdict_section(
+    title: str, summary: str, facts: list[tuple[str, str]], scope: str, notes_html: str
+) -> str:
+    """The verdict box: a title with the summary, a table of facts (HTML values), the scope."""
     rows = "".join(f"<tr><th>{label}</th><td>{value}</td></tr>" for label, value in facts)
     return (
         '<section id="verdict" class="problem">'
-        f'<h2>Root cause: <span id="verdict-summary">{_e(root.summary)}</span></h2>'
+        f'<h2>{_e(title)}: <span id="verdict-summary">{_e(summary)}</span></h2>'
         f'<table class="facts">{rows}</table>'
-        f'<p class="scope">{_e(header)}; {len(analysis.findings)} finding(s).</p>'
+        f'<p class="scope">{_e(scope)}</p>'
         f"{notes_html}</section>"
     )
 
@@ -144,14 +152,8 @@ def _slow_verdict(analysis: Analysis, header: str, notes_html: str) -> str:
     site = (evidence.get("example") or {}).get("call_site")
     if site:
         facts.append(("Code", f"<code>{_e(site)}</code>"))
-    rows = "".join(f"<tr><th>{label}</th><td>{value}</td></tr>" for label, value in facts)
-    return (
-        '<section id="verdict" class="problem">'
-        f'<h2>Slow, not stuck: <span id="verdict-summary">{_e(first.summary)}</span></h2>'
-        f'<table class="facts">{rows}</table>'
-        f'<p class="scope">{_e(header)}; {len(analysis.findings)} finding(s), no hang.</p>'
-        f"{notes_html}</section>"
-    )
+    scope = f"{header}; {len(analysis.findings)} finding(s), no hang."
+    return _verdict_section("Slow, not stuck", first.summary, facts, scope, notes_html)
 
 
 def _lateness(strip: LatenessStrip | None) -> str:
