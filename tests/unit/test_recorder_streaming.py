@@ -11,7 +11,7 @@ from fr_otel.otel import model
 from fr_otel.otel.transport import exporter_for
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature
 from fr_otel.recorder.slot import COMPLETED, FAILED, STARTED
-from fr_otel.recorder.streaming import SpanStream
+from fr_otel.recorder.streaming import BACKLOG_LOOKS, BACKLOG_POLL_S, SpanStream
 from tests.otlp_receiver import OtlpReceiver
 
 CAPACITY = 400
@@ -48,20 +48,30 @@ def _issue(writer: RingWriter, ids: tuple[int, int, int], first_seq: int, count:
         writer.finish(record, COMPLETED)
 
 
+def _stream(
+    tmp_path: Path, receiver: OtlpReceiver, writer: RingWriter, *, watch_backlog: bool = True
+) -> SpanStream:
+    """A stream to ``receiver`` whose interval never comes within a test."""
+    settings = RecorderSettings(
+        mode="continuous",
+        job="j",
+        export_interval_s=3600.0,
+        archive=tmp_path / "archive",
+        otlp=otlp_settings(receiver.endpoint, "http/protobuf"),
+    )
+    assert settings.otlp is not None
+    return SpanStream(
+        writer=lambda: writer,
+        settings=settings,
+        exporter=exporter_for(settings.otlp),
+        watch_backlog=watch_backlog,
+    )
+
+
 def test_a_backlog_of_a_quarter_ring_leaves_before_the_interval(tmp_path: Path) -> None:
     writer, *ids = _ring(tmp_path)
     with OtlpReceiver(protocol="http") as receiver:
-        settings = RecorderSettings(
-            mode="continuous",
-            job="j",
-            export_interval_s=3600.0,  # never, within this test
-            archive=tmp_path / "archive",
-            otlp=otlp_settings(receiver.endpoint, "http/protobuf"),
-        )
-        assert settings.otlp is not None
-        stream = SpanStream(
-            writer=lambda: writer, settings=settings, exporter=exporter_for(settings.otlp)
-        )
+        stream = _stream(tmp_path, receiver, writer)
         stream.start()
         try:
             _issue(writer, (ids[0], ids[1], ids[2]), 1, CAPACITY // 4 - 1)
@@ -89,17 +99,7 @@ def test_each_record_leaves_once_in_flight_ones_when_they_finish(tmp_path: Path)
     still running; the next passes send that op once it finishes, and nothing twice."""
     writer, group, signature, site = _ring(tmp_path)
     with OtlpReceiver(protocol="http") as receiver:
-        settings = RecorderSettings(
-            mode="continuous",
-            job="j",
-            export_interval_s=3600.0,
-            archive=tmp_path / "archive",
-            otlp=otlp_settings(receiver.endpoint, "http/protobuf"),
-        )
-        assert settings.otlp is not None
-        stream = SpanStream(
-            writer=lambda: writer, settings=settings, exporter=exporter_for(settings.otlp)
-        )
+        stream = _stream(tmp_path, receiver, writer)
         _issue(writer, (group, signature, site), 1, 5)  # records 0-4
         running = writer.begin(group, 6, 0, signature, site, -1, STARTED)  # record 5
         failed = writer.begin(group, 7, 0, signature, site, -1, STARTED)  # record 6
@@ -124,4 +124,41 @@ def test_each_record_leaves_once_in_flight_ones_when_they_finish(tmp_path: Path)
         stream.export_once()
         assert stream.dropped == 3 and stream.sent == 10 + CAPACITY
         assert sorted(_record_ids(receiver)) == [*range(10), *range(13, 10 + CAPACITY + 3)]
+    writer.close()
+
+
+def test_a_ring_whose_writer_wakes_the_stream_leaves_without_polling(tmp_path: Path) -> None:
+    writer, *ids = _ring(tmp_path)
+    with OtlpReceiver(protocol="http") as receiver:
+        stream = _stream(tmp_path, receiver, writer, watch_backlog=False)
+        stream.start()
+        try:
+            _issue(writer, (ids[0], ids[1], ids[2]), 1, CAPACITY // 2)
+            time.sleep(1.0)
+            assert receiver.spans() == [], "no backlog polling: waits for the interval or a wake"
+            stream.wake()
+            assert len(receiver.wait_for_spans(CAPACITY // 2, timeout_s=10)) == CAPACITY // 2
+        finally:
+            stream.stop()
+            stream.join(timeout=5)
+            assert not stream.is_alive(), "stop() wakes the thread"
+    writer.close()
+
+
+def test_the_backlog_is_looked_at_as_often_as_the_record_rate_needs(tmp_path: Path) -> None:
+    writer, *_ = _ring(tmp_path)
+    settings = RecorderSettings(mode="continuous", job="j", archive=tmp_path / "a", otlp=None)
+    stream = SpanStream(writer=lambda: writer, settings=settings, exporter=None)  # type: ignore[arg-type]
+    # nothing written (DDP, whose collectives the hooks never see): once per interval
+    assert stream._backlog_poll(0, 0.1, 1.0) == 1.0
+    # a quarter ring (100 records) in 0.1 s: as often as allowed
+    assert stream._backlog_poll(1000, 1.0, 1.0) == BACKLOG_POLL_S
+    # 40 records a second: the backlog fills in 2.5 s, looked at 4 times
+    quiet = SpanStream(writer=lambda: writer, settings=settings, exporter=None)  # type: ignore[arg-type]
+    assert abs(quiet._backlog_poll(40, 1.0, 10.0) - 2.5 / BACKLOG_LOOKS) < 1e-9
+    # the peak is forgotten by halves: a burst is not planned for forever
+    assert stream._backlog_poll(0, 1.0, 1.0) == BACKLOG_POLL_S  # 500/s remembered
+    for _ in range(6):
+        stream._backlog_poll(0, 1.0, 1.0)
+    assert stream._backlog_poll(0, 1.0, 1.0) == 1.0
     writer.close()

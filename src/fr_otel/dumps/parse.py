@@ -9,7 +9,6 @@ vs strings, ``entries`` omitted when empty.
 
 from __future__ import annotations
 
-import gc
 import io
 import json
 import pickle
@@ -144,10 +143,6 @@ def decode_dump_stream(handle: BinaryIO, path: str) -> tuple[dict[str, Any], str
 
 
 def _unpickle(handle: BinaryIO, path: str) -> Any:
-    # A dump is one big tree of small containers; the cyclic GC would rescan it many
-    # times while it grows and find nothing to collect (torchfrtrace disables it too).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     try:
         return load_plain(handle)
     except UnsafePickleError as exc:
@@ -165,9 +160,6 @@ def _unpickle(handle: BinaryIO, path: str) -> Any:
                 path, "truncated", f"the pickle ends early ({size} bytes; {exc or 'EOF'})"
             ) from None
         raise DumpError(path, "corrupt", f"not a readable pickle ({exc})") from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _ends_early(exc: Exception) -> bool:

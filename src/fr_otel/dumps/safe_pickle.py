@@ -9,6 +9,7 @@ Nothing named by a refused pickle is imported or called: the refusal happens in
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
 from typing import Any, BinaryIO, NoReturn
@@ -33,9 +34,24 @@ class _PlainDataUnpickler(pickle.Unpickler):
         raise UnsafePickleError(f"persistent object {pid!r}")
 
 
+_PREFETCH = 1 << 16
+
+
 def load_plain(handle: BinaryIO) -> Any:
-    """Unpickle one object from a binary file, allowing only plain containers and scalars."""
-    return _PlainDataUnpickler(handle).load()
+    """Unpickle one object from a binary file, allowing only plain containers and scalars.
+
+    Give it a buffered file (one with ``peek``): the C unpickler then prefetches, where it
+    would otherwise call ``read`` once per opcode (torch writes protocol 2, unframed).
+    """
+    # A dump is one big tree of small containers: the cyclic GC would rescan it many
+    # times while it grows and find nothing to collect (torchfrtrace disables it too).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _PlainDataUnpickler(handle).load()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def loads_plain(data: bytes) -> Any:
@@ -44,4 +60,4 @@ def loads_plain(data: bytes) -> Any:
     Raises ``UnsafePickleError`` for a pickle that references any global, and the usual
     ``pickle.UnpicklingError`` / ``EOFError`` / ``ValueError`` for a damaged one.
     """
-    return _PlainDataUnpickler(io.BytesIO(data)).load()
+    return load_plain(io.BufferedReader(io.BytesIO(data), _PREFETCH))

@@ -153,6 +153,7 @@ class Recorder:
                     settings=settings,
                     exporter=self._exporter,
                     name="fr_otel-export-torch",
+                    watch_backlog=False,  # the mirror wakes it after each read
                 )
                 self._mirror_stream.start()
         from fr_otel.recorder.triggers import Watch
@@ -188,10 +189,14 @@ class Recorder:
         mirror = self._mirror
         if mirror is None or not self._mirror_lock.acquire(blocking=False):
             return None  # a flush is reading torch's FR: it mirrors everything itself
+        reads = mirror.stats.reads
         try:
             return mirror.tick()  # type: ignore[no-any-return]
         finally:
             self._mirror_lock.release()
+            stream = self._mirror_stream
+            if stream is not None and mirror.stats.reads != reads:
+                stream.wake()
 
     def read_torch_fr(self) -> None:
         """Bring the torch ring up to date with what torch's FR holds now (a flush does;

@@ -40,7 +40,11 @@ queue, and at a high call rate it would overwrite entries before the interval en
 OpenTelemetry SDK's batch processor likewise exports early once a batch is full)."""
 
 BACKLOG_POLL_S = 0.1
-"""How often the thread looks at the backlog (one integer read)."""
+"""How often, at most, the thread looks at the backlog (one integer read). It looks less
+often while records come slowly: each wake-up takes the GIL from the training thread."""
+
+BACKLOG_LOOKS = 4
+"""Looks at the backlog while it could fill, at the highest rate seen lately."""
 
 
 class SpanStream(threading.Thread):
@@ -51,12 +55,18 @@ class SpanStream(threading.Thread):
         settings: RecorderSettings,
         exporter: RequestExporter,
         name: str = "fr_otel-export",
+        watch_backlog: bool = True,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self._writer = writer
         self._settings = settings
         self._exporter = exporter
+        self._watch_backlog = watch_backlog
+        """False for a ring whose writer calls ``wake()`` after it writes."""
         self._halt = threading.Event()
+        self._wake = threading.Event()
+        self._peak_rate = 0.0
+        """Records per second written lately (its highest, decaying per look)."""
         self._lock = threading.Lock()
         self.cursor = 0
         """Every record before it was sent or dropped."""
@@ -69,20 +79,52 @@ class SpanStream(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Records were written: a pass now rather than at the interval."""
+        self._wake.set()
 
     def run(self) -> None:
         interval = self._settings.export_interval_s
-        last = time.monotonic()
-        while not self._halt.wait(min(interval, BACKLOG_POLL_S)):
-            if time.monotonic() - last >= interval or self._backlog_full():
+        last = looked = time.monotonic()
+        seen = self._next_record()
+        poll = min(interval, BACKLOG_POLL_S) if self._watch_backlog else interval
+        while not self._halt.is_set():
+            woken = self._wake.wait(poll)
+            if self._halt.is_set():
+                break
+            if woken:
+                self._wake.clear()
+            now = time.monotonic()
+            written = self._next_record()
+            if self._watch_backlog:
+                poll = self._backlog_poll(written - seen, now - looked, interval)
+            seen, looked = written, now
+            if woken or now - last >= interval or self._backlog_full(written):
                 self.export_once()
                 last = time.monotonic()
 
-    def _backlog_full(self) -> bool:
+    def _next_record(self) -> int:
+        writer = self._writer()
+        return writer.next_record if writer is not None else 0
+
+    def _backlog_poll(self, written: int, elapsed: float, interval: float) -> float:
+        """The next look: ``BACKLOG_LOOKS`` while the backlog could fill at the peak rate."""
+        writer = self._writer()
+        if writer is None or elapsed <= 0:
+            return min(interval, BACKLOG_POLL_S)
+        self._peak_rate = max(written / elapsed, self._peak_rate * 0.5)
+        if not self._peak_rate:
+            return interval
+        fill_s = max(1, writer.capacity // BACKLOG_SHARE) / self._peak_rate
+        return min(interval, max(BACKLOG_POLL_S, fill_s / BACKLOG_LOOKS))
+
+    def _backlog_full(self, written: int) -> bool:
         writer = self._writer()
         if writer is None:
             return False
-        return writer.next_record - self.cursor >= max(1, writer.capacity // BACKLOG_SHARE)
+        return written - self.cursor >= max(1, writer.capacity // BACKLOG_SHARE)
 
     def already_sent(self) -> frozenset[int]:
         """Records an incident flush need not send again."""
