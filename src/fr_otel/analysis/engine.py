@@ -49,8 +49,6 @@ def _resolve_frames(
     stacks: dict[FrameRef, list[dict[str, object]]] = {}
     details: dict[FrameRef, dict[str, object]] = {}
     if refs:
-        connection.execute("CREATE OR REPLACE TEMP TABLE refs (rank BIGINT, record_id BIGINT)")
-        connection.executemany("INSERT INTO refs VALUES (?, ?)", sorted(refs))
         # literal lists: DuckDB skips every file and row group that cannot hold them
         ranks = ", ".join(str(int(rank)) for rank in sorted({rank for rank, _ in refs}))
         records = ", ".join(str(int(record)) for record in sorted({r for _, r in refs}))
