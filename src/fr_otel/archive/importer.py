@@ -340,9 +340,16 @@ class _Run:
     start: int
     end: int
     fr_version: str | None
-    comm_lib_version: str | None
-    world: int | None
-    run_id: str | None
+    comm_lib_version: str | None = None
+    world: int | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, outcome: _Outcome, start: int, end: int) -> _Run:
+        """A run of one dump so far, from ``start`` to ``end``."""
+        run = cls(members=[], start=start, end=end, fr_version=outcome.fr_version)
+        run.add(outcome)
+        return run
 
     def accepts(self, outcome: _Outcome) -> bool:
         return (
@@ -387,17 +394,7 @@ def split_runs(outcomes: list[_Outcome]) -> list[list[_Outcome]]:
             None,
         )
         if home is None:
-            runs.append(
-                _Run(
-                    members=[outcome],
-                    start=start,
-                    end=end,
-                    fr_version=outcome.fr_version,
-                    comm_lib_version=outcome.comm_lib_version,
-                    world=outcome.world,
-                    run_id=outcome.run_id,
-                )
-            )
+            runs.append(_Run.of(outcome, start, end))
         else:
             home.add(outcome)
     for outcome in sorted(
@@ -405,17 +402,7 @@ def split_runs(outcomes: list[_Outcome]) -> list[list[_Outcome]]:
     ):
         fitting = [r for r in runs if r.accepts(outcome)] or runs
         if not fitting:
-            runs.append(
-                _Run(
-                    members=[outcome],
-                    start=outcome.dump_time_ns,
-                    end=outcome.dump_time_ns,
-                    fr_version=outcome.fr_version,
-                    comm_lib_version=outcome.comm_lib_version,
-                    world=outcome.world,
-                    run_id=outcome.run_id,
-                )
-            )
+            runs.append(_Run.of(outcome, outcome.dump_time_ns, outcome.dump_time_ns))
             continue
         when = outcome.dump_time_ns
         nearest = min(

@@ -97,6 +97,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import fr_otel
@@ -166,30 +167,20 @@ def run_scenario(
     return paths
 
 
+@dataclass(eq=False)
 class _Job:
     """The launcher side of the protocol described in :mod:`fr_otel.demo._worker`."""
 
-    def __init__(
-        self,
-        scenario: Scenario,
-        world: int,
-        workdir: Path,
-        outdir: Path,
-        naming: str,
-        stack_traces: bool,
-        json_too: bool,
-        timeout_s: float,
-    ) -> None:
-        self.scenario = scenario
-        self.world = world
-        self.workdir = workdir
-        self.outdir = outdir
-        self.naming = naming
-        self.stack_traces = stack_traces
-        self.json_too = json_too
-        self.timeout_s = timeout_s
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.frozen: set[int] = set()
+    scenario: Scenario
+    world: int
+    workdir: Path
+    outdir: Path
+    naming: str
+    stack_traces: bool
+    json_too: bool
+    timeout_s: float
+    procs: list[subprocess.Popen[bytes]] = field(init=False, default_factory=list)
+    frozen: set[int] = field(init=False, default_factory=set)
 
     def _log(self, rank: int) -> Path:
         return self.workdir / f"rank_{rank}.log"

@@ -55,66 +55,51 @@ class RecordedScenario:
     environment: Mapping[str, str] = field(default_factory=dict)
 
 
+#: What each scenario does, in words.
+_DESCRIPTIONS = {
+    "healthy": "no fault: the warm-up steps, then ten more",
+    "skipped_collective": "rank 1 skips the gradient all_reduce of step 4 and goes on",
+    "skipped_in_subgroup": (
+        "inside back_group (ranks 1..3) rank 2 skips an all_reduce; gloo's own dumps"
+        " cannot even say who is in that group"
+    ),
+    "size_mismatch": (
+        "rank 1 all_reduces 1001 floats against its peers' 1000: the peer that"
+        " receives them dies at once (gloo aborts the process)"
+    ),
+    "stuck_in_host": (
+        "rank 0 hangs in host code; the recorder's timeout fires while its peers are"
+        " still blocked inside the all_reduce, and every rank flushes from its"
+        " background threads"
+    ),
+    "uncaught_timeout": (
+        "rank 0 hangs in host code; gloo's timeout raises in its peers, uncaught, and kills them"
+    ),
+}
+_SHORT_TIMEOUT = {"FR_OTEL_TIMEOUT": str(RECORDER_TIMEOUT_S)}
+
+# name, culprit, its group, the root causes a correct analysis may report, environment
+_SCENARIO_TABLE: tuple[
+    tuple[str, int | None, str | None, tuple[str, ...], Mapping[str, str]], ...
+] = (
+    ("healthy", None, None, (), {}),
+    ("skipped_collective", 1, "default_pg", ("skipped_collective",), {}),
+    ("skipped_in_subgroup", 2, BACK_GROUP, ("skipped_collective", "missing_rank"), {}),
+    ("size_mismatch", 1, "default_pg", ("size_mismatch",), {}),
+    ("stuck_in_host", 0, "default_pg", ("missing_rank",), _SHORT_TIMEOUT),
+    ("uncaught_timeout", 0, "default_pg", ("missing_rank",), {}),
+)
+
 SCENARIOS: dict[str, RecordedScenario] = {
-    s.name: s
-    for s in (
-        RecordedScenario(
-            name="healthy",
-            description="no fault: the warm-up steps, then ten more",
-            culprit=None,
-            pg_desc=None,
-            kinds=(),
-        ),
-        RecordedScenario(
-            name="skipped_collective",
-            description="rank 1 skips the gradient all_reduce of step 4 and goes on",
-            culprit=1,
-            pg_desc="default_pg",
-            kinds=("skipped_collective",),
-        ),
-        RecordedScenario(
-            name="skipped_in_subgroup",
-            description=(
-                "inside back_group (ranks 1..3) rank 2 skips an all_reduce; gloo's own dumps"
-                " cannot even say who is in that group"
-            ),
-            culprit=2,
-            pg_desc=BACK_GROUP,
-            kinds=("skipped_collective", "missing_rank"),
-        ),
-        RecordedScenario(
-            name="size_mismatch",
-            description=(
-                "rank 1 all_reduces 1001 floats against its peers' 1000: the peer that"
-                " receives them dies at once (gloo aborts the process)"
-            ),
-            culprit=1,
-            pg_desc="default_pg",
-            kinds=("size_mismatch",),
-        ),
-        RecordedScenario(
-            name="stuck_in_host",
-            description=(
-                "rank 0 hangs in host code; the recorder's timeout fires while its peers are"
-                " still blocked inside the all_reduce, and every rank flushes from its"
-                " background threads"
-            ),
-            culprit=0,
-            pg_desc="default_pg",
-            kinds=("missing_rank",),
-            environment={"FR_OTEL_TIMEOUT": str(RECORDER_TIMEOUT_S)},
-        ),
-        RecordedScenario(
-            name="uncaught_timeout",
-            description=(
-                "rank 0 hangs in host code; gloo's timeout raises in its peers, uncaught, and"
-                " kills them"
-            ),
-            culprit=0,
-            pg_desc="default_pg",
-            kinds=("missing_rank",),
-        ),
+    name: RecordedScenario(
+        name=name,
+        culprit=culprit,
+        pg_desc=pg_desc,
+        kinds=kinds,
+        environment=environment,
+        description=_DESCRIPTIONS[name],
     )
+    for name, culprit, pg_desc, kinds, environment in _SCENARIO_TABLE
 }
 
 

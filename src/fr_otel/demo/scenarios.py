@@ -85,120 +85,76 @@ class Scenario:
 _FAULT_SEQ = WARMUP_DEFAULT_OPS + 1
 _SUB_FAULT_SEQ = WARMUP_SUBGROUP_OPS + 1
 
-_ALL = (
-    Scenario(
-        name="healthy",
-        description=(
-            "No fault: warm-up in default_pg and both subgroups, one more all_reduce, "
-            "every collective completes on every rank."
-        ),
-        world=4,
-        culprit_ranks=(),
-        pg_desc=None,
-        collective_seq_id=None,
-        expected_kind="none",
+#: What each scenario does, in words.
+_DESCRIPTIONS = {
+    "healthy": (
+        "No fault: warm-up in default_pg and both subgroups, one more all_reduce, "
+        "every collective completes on every rank."
     ),
-    Scenario(
-        name="skipped_collective",
-        description=(
-            "Rank 1 skips the gradient all_reduce (seq 7) and goes on to the all_gather, so "
-            "its default_pg sequence numbers run one behind its peers' (its seq 7 is the "
-            "peers' seq 8)."
-        ),
-        world=4,
-        culprit_ranks=(1,),
-        pg_desc=DEFAULT_PG,
-        collective_seq_id=_FAULT_SEQ,
-        expected_kind="skipped_collective",
+    "skipped_collective": (
+        "Rank 1 skips the gradient all_reduce (seq 7) and goes on to the all_gather, so "
+        "its default_pg sequence numbers run one behind its peers' (its seq 7 is the "
+        "peers' seq 8)."
     ),
-    Scenario(
-        name="skipped_in_subgroup",
-        description=(
-            "Inside back_group (ranks 1..world-1) rank 2 skips an all_reduce (back_group "
-            "seq 3) and issues the following all_gather. Rank 0, outside back_group, has "
-            "moved on to the next default_pg all_reduce (seq 7) that nobody else reaches: "
-            "a secondary symptom, not the cause."
-        ),
-        world=4,
-        culprit_ranks=(2,),
-        pg_desc=BACK_GROUP,
-        collective_seq_id=_SUB_FAULT_SEQ,
-        expected_kind="skipped_collective",
+    "skipped_in_subgroup": (
+        "Inside back_group (ranks 1..world-1) rank 2 skips an all_reduce (back_group "
+        "seq 3) and issues the following all_gather. Rank 0, outside back_group, has "
+        "moved on to the next default_pg all_reduce (seq 7) that nobody else reaches: "
+        "a secondary symptom, not the cause."
     ),
-    Scenario(
-        name="missing_rank",
-        description=(
-            "Rank 0 is stuck in host code (think: a checkpoint write) and never issues the "
-            "default_pg all_reduce (seq 7) that every other rank is waiting in."
-        ),
-        world=3,
-        culprit_ranks=(0,),
-        pg_desc=DEFAULT_PG,
-        collective_seq_id=_FAULT_SEQ,
-        expected_kind="missing_rank",
+    "missing_rank": (
+        "Rank 0 is stuck in host code (think: a checkpoint write) and never issues the "
+        "default_pg all_reduce (seq 7) that every other rank is waiting in."
     ),
-    Scenario(
-        name="op_type_mismatch",
-        description=(
-            "Rank 2 calls all_gather_into_tensor where its peers call all_reduce "
-            "(default_pg seq 7), on the same 1024-float input."
-        ),
-        world=3,
-        culprit_ranks=(2,),
-        pg_desc=DEFAULT_PG,
-        collective_seq_id=_FAULT_SEQ,
-        expected_kind="op_type_mismatch",
+    "op_type_mismatch": (
+        "Rank 2 calls all_gather_into_tensor where its peers call all_reduce "
+        "(default_pg seq 7), on the same 1024-float input."
     ),
-    Scenario(
-        name="size_mismatch",
-        description=(
-            "Rank 1 all_reduces a 1000-element tensor where its peers all_reduce 1024 "
-            "elements (default_pg seq 7)."
-        ),
-        world=3,
-        culprit_ranks=(1,),
-        pg_desc=DEFAULT_PG,
-        collective_seq_id=_FAULT_SEQ,
-        expected_kind="size_mismatch",
+    "size_mismatch": (
+        "Rank 1 all_reduces a 1000-element tensor where its peers all_reduce 1024 "
+        "elements (default_pg seq 7)."
     ),
-    Scenario(
-        name="dtype_mismatch",
-        description=(
-            "Rank 2 all_reduces a BFloat16 tensor where its peers use Float (default_pg "
-            "seq 7), same shape."
-        ),
-        world=3,
-        culprit_ranks=(2,),
-        pg_desc=DEFAULT_PG,
-        collective_seq_id=_FAULT_SEQ,
-        expected_kind="dtype_mismatch",
+    "dtype_mismatch": (
+        "Rank 2 all_reduces a BFloat16 tensor where its peers use Float (default_pg "
+        "seq 7), same shape."
     ),
-    Scenario(
-        name="all_to_all_splits",
-        description=(
-            "all_to_all_single (default_pg seq 7) where rank 1 routes one extra element to "
-            "rank 0: its input splits sum to 2*world+1 while every rank expects 2 elements "
-            "from each peer. FR records totals only, so rank 1's entry shows input "
-            "2*world+1 against output 2*world."
-        ),
-        world=4,
-        culprit_ranks=(1,),
-        pg_desc=DEFAULT_PG,
-        collective_seq_id=_FAULT_SEQ,
-        expected_kind="all_to_all_splits",
+    "all_to_all_splits": (
+        "all_to_all_single (default_pg seq 7) where rank 1 routes one extra element to "
+        "rank 0: its input splits sum to 2*world+1 while every rank expects 2 elements "
+        "from each peer. FR records totals only, so rank 1's entry shows input "
+        "2*world+1 against output 2*world."
     ),
-    Scenario(
-        name="reordered_collectives",
-        description=(
-            "Peers issue all_reduce (seq 7) then all_gather_into_tensor (seq 8) in "
-            "default_pg; rank 2 issues the same two in swapped order."
-        ),
-        world=3,
-        culprit_ranks=(2,),
-        pg_desc=DEFAULT_PG,
-        collective_seq_id=_FAULT_SEQ,
-        expected_kind="reordered_collectives",
+    "reordered_collectives": (
+        "Peers issue all_reduce (seq 7) then all_gather_into_tensor (seq 8) in "
+        "default_pg; rank 2 issues the same two in swapped order."
     ),
+}
+
+# name, default world, culprit ranks, group and sequence number of the first collective
+# where the ranks diverge, fault kind
+_GROUND_TRUTH: tuple[tuple[str, int, tuple[int, ...], str | None, int | None, str], ...] = (
+    ("healthy", 4, (), None, None, "none"),
+    ("skipped_collective", 4, (1,), DEFAULT_PG, _FAULT_SEQ, "skipped_collective"),
+    ("skipped_in_subgroup", 4, (2,), BACK_GROUP, _SUB_FAULT_SEQ, "skipped_collective"),
+    ("missing_rank", 3, (0,), DEFAULT_PG, _FAULT_SEQ, "missing_rank"),
+    ("op_type_mismatch", 3, (2,), DEFAULT_PG, _FAULT_SEQ, "op_type_mismatch"),
+    ("size_mismatch", 3, (1,), DEFAULT_PG, _FAULT_SEQ, "size_mismatch"),
+    ("dtype_mismatch", 3, (2,), DEFAULT_PG, _FAULT_SEQ, "dtype_mismatch"),
+    ("all_to_all_splits", 4, (1,), DEFAULT_PG, _FAULT_SEQ, "all_to_all_splits"),
+    ("reordered_collectives", 3, (2,), DEFAULT_PG, _FAULT_SEQ, "reordered_collectives"),
+)
+
+_ALL = tuple(
+    Scenario(
+        name=name,
+        description=_DESCRIPTIONS[name],
+        world=world,
+        culprit_ranks=culprits,
+        pg_desc=pg_desc,
+        collective_seq_id=seq,
+        expected_kind=kind,
+    )
+    for name, world, culprits, pg_desc, seq, kind in _GROUND_TRUTH
 )
 
 #: Every scenario by name, in a stable order (healthy first).

@@ -168,15 +168,7 @@ class FrMirror:
         read: Callable[[], dict[str, list[dict[str, Any]]] | None] = torch_fr_entries,
     ) -> None:
         self.main = main
-        self.ring = RingWriter(
-            base,
-            capacity=main.capacity,
-            rank=main.rank,
-            world=main.world,
-            job=main.job,
-            backend=main.backend,
-            run_id=main.run_id,
-        )
+        self.ring = main.sibling(base)
         self._groups = groups
         """Group name -> process group object (torch's registry)."""
         self._describe = describe

@@ -30,7 +30,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -379,21 +379,26 @@ class RingWriter:
         ring still holds, decoded, with what they refer to (from memory: no file reads)."""
         slots = self.slots(first_record, end)
         held = self._contents
-        return RingContents(
-            base=held.base,
-            rank=held.rank,
-            world=held.world,
-            job=held.job,
-            run=held.run,
-            pid=held.pid,
-            host=held.host,
-            backend=held.backend,
+        return replace(
+            held,
             groups=dict(held.groups),
             signatures=dict(held.signatures),
             sites=dict(held.sites),
             errors=dict(held.errors),
             flushed=set(held.flushed),
             slots=slots,
+        )
+
+    def sibling(self, base: Path) -> RingWriter:
+        """Another ring of this rank (the same capacity and identity) at ``base``."""
+        return RingWriter(
+            base,
+            capacity=self.capacity,
+            rank=self.rank,
+            world=self.world,
+            job=self.job,
+            backend=self.backend,
+            run_id=self.run_id,
         )
 
     def sync(self) -> None:
@@ -448,16 +453,8 @@ class RingContents:
             (s[0] + records, s[1] + indexes, *s[2:4], s[4] + indexes, *s[5:])
             for s in torch_ring.slots
         ]
-        return RingContents(
-            base=self.base,
-            rank=self.rank,
-            created_ns=self.created_ns,
-            world=self.world,
-            job=self.job,
-            run=self.run,
-            pid=self.pid,
-            host=self.host,
-            backend=self.backend,
+        return replace(
+            self,
             groups={**self.groups, **{i + indexes: g for i, g in torch_ring.groups.items()}},
             signatures={
                 **self.signatures,

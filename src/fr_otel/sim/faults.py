@@ -27,6 +27,7 @@ from fr_otel.sim.program import (
     STOP,
     KernelSpec,
     ProgramBuilder,
+    Sizes,
 )
 from fr_otel.sim.spec import FaultTruth, FleetSpec
 from fr_otel.sim.topology import DIM_NAMES, DP, PP, TP, WORLD, Mesh, ProcessGroup
@@ -172,6 +173,22 @@ class _Planner:
         edited[i] = new
         return FaultPlan(self.rank, edited, self.truth(i, desc, culprits=culprits))
 
+    def _redone(
+        self, k: KernelSpec, op: str, in_sizes: Sizes, out_sizes: Sizes, dtype: str
+    ) -> KernelSpec:
+        """Collective ``k`` issued as ``op`` on other tensors, with ``k``'s timings."""
+        return self.builder.collective(
+            k.dim,
+            k.site,
+            op,
+            in_sizes,
+            out_sizes,
+            dtype,
+            compute_ns=k.compute_ns,
+            cpu_ns=k.cpu_ns,
+            dur_ns=k.dur_ns,
+        )
+
     def _op_type_mismatch(self) -> FaultPlan:
         i = self.need(
             _find(self.step, ("tail.rs_grads", "fwd.attn_ar", "tail.grad_norm"), self.mesh),
@@ -181,43 +198,13 @@ class _Planner:
         e = k.entries[0]
         b = self.builder
         if k.op == "_reduce_scatter_base":
-            new = self.builder.collective(
-                k.dim,
-                k.site,
-                "all_reduce",
-                e.in_sizes,
-                e.in_sizes,
-                "Float",
-                compute_ns=k.compute_ns,
-                cpu_ns=k.cpu_ns,
-                dur_ns=k.dur_ns,
-            )
+            new = self._redone(k, "all_reduce", e.in_sizes, e.in_sizes, "Float")
         elif k.site == "fwd.attn_ar":
             sp_in = ((b.seq // self.mesh.tp, MICRO_BATCH, HIDDEN),)
             sp_out = ((b.seq, MICRO_BATCH, HIDDEN),)
-            new = self.builder.collective(
-                k.dim,
-                k.site,
-                "_all_gather_base",
-                sp_in,
-                sp_out,
-                "BFloat16",
-                compute_ns=k.compute_ns,
-                cpu_ns=k.cpu_ns,
-                dur_ns=k.dur_ns,
-            )
+            new = self._redone(k, "_all_gather_base", sp_in, sp_out, "BFloat16")
         else:
-            new = self.builder.collective(
-                k.dim,
-                k.site,
-                "broadcast",
-                e.in_sizes,
-                e.out_sizes,
-                "Float",
-                compute_ns=k.compute_ns,
-                cpu_ns=k.cpu_ns,
-                dur_ns=k.dur_ns,
-            )
+            new = self._redone(k, "broadcast", e.in_sizes, e.out_sizes, "Float")
         desc = f"rank {self.rank} issued {new.op} where its peers issued {self.where(i)}"
         return self._replace(i, new, desc)
 
@@ -230,23 +217,13 @@ class _Planner:
         e = k.entries[0]
         if k.op == "_reduce_scatter_base":
             shard = e.out_sizes[0][0] + 4096
-            ins: tuple[tuple[int, ...], ...] = ((shard * self.group(k.dim).size,),)
-            outs: tuple[tuple[int, ...], ...] = ((shard,),)
+            ins: Sizes = ((shard * self.group(k.dim).size,),)
+            outs: Sizes = ((shard,),)
         elif k.site == "fwd.attn_ar":
             ins = outs = ((MICRO_BATCH, self.builder.seq // 2, HIDDEN),)
         else:
             ins = outs = ((2,),)
-        new = self.builder.collective(
-            k.dim,
-            k.site,
-            k.op,
-            ins,
-            outs,
-            e.in_dtypes[0],
-            compute_ns=k.compute_ns,
-            cpu_ns=k.cpu_ns,
-            dur_ns=k.dur_ns,
-        )
+        new = self._redone(k, k.op, ins, outs, e.in_dtypes[0])
         was = [list(s) for s in e.in_sizes]
         desc = (
             f"rank {self.rank} issued {self.where(i)} with input {list(map(list, ins))}, not {was}"
@@ -261,17 +238,7 @@ class _Planner:
         k = self.step[i]
         e = k.entries[0]
         dtype = "Double" if e.in_dtypes[0] == "Float" else "Float"
-        new = self.builder.collective(
-            k.dim,
-            k.site,
-            k.op,
-            e.in_sizes,
-            e.out_sizes,
-            dtype,
-            compute_ns=k.compute_ns,
-            cpu_ns=k.cpu_ns,
-            dur_ns=k.dur_ns,
-        )
+        new = self._redone(k, k.op, e.in_sizes, e.out_sizes, dtype)
         desc = f"rank {self.rank} issued {self.where(i)} in {dtype} instead of {e.in_dtypes[0]}"
         return self._replace(i, new, desc)
 

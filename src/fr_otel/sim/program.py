@@ -33,6 +33,7 @@ culprit of a fault gets a private, edited copy (see ``faults``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from fr_otel.sim import callsites
@@ -69,112 +70,53 @@ _MS = 1_000_000
 Sizes = tuple[tuple[int, ...], ...]
 
 
+@dataclass(kw_only=True, slots=True, eq=False, repr=False)
 class EntrySpec:
     """Everything an FR entry records that does not change from call to call."""
 
-    __slots__ = (
-        "dim",
-        "frames",
-        "has_events",
-        "in_dtypes",
-        "in_sizes",
-        "is_p2p",
-        "op",
-        "out_dtypes",
-        "out_sizes",
-        "profiling_name",
-        "thread",
-    )
-
-    def __init__(
-        self,
-        *,
-        dim: int,
-        op: str,
-        profiling_name: str,
-        frames: tuple[dict[str, Any], ...],
-        in_sizes: Sizes,
-        in_dtypes: tuple[str, ...],
-        out_sizes: Sizes,
-        out_dtypes: tuple[str, ...],
-        is_p2p: bool,
-        thread: int,
-        has_events: bool,
-    ) -> None:
-        self.dim = dim
-        """Which of the recording rank's groups the entry belongs to."""
-        self.op = op
-        self.profiling_name = profiling_name
-        self.frames = frames
-        self.in_sizes = in_sizes
-        self.in_dtypes = in_dtypes
-        self.out_sizes = out_sizes
-        self.out_dtypes = out_dtypes
-        self.is_p2p = is_p2p
-        self.thread = thread
-        """0: the main thread, 1: autograd's worker thread."""
-        self.has_events = has_events
-        """False for ops inside a coalesced batch: NCCL records them without CUDA events,
-        so they stay ``scheduled`` and never retire (pytorch#137969)."""
+    dim: int
+    """Which of the recording rank's groups the entry belongs to."""
+    op: str
+    profiling_name: str
+    frames: tuple[dict[str, Any], ...]
+    in_sizes: Sizes
+    in_dtypes: tuple[str, ...]
+    out_sizes: Sizes
+    out_dtypes: tuple[str, ...]
+    is_p2p: bool
+    thread: int
+    """0: the main thread, 1: autograd's worker thread."""
+    has_events: bool
+    """False for ops inside a coalesced batch: NCCL records them without CUDA events,
+    so they stay ``scheduled`` and never retire (pytorch#137969)."""
 
 
+@dataclass(kw_only=True, slots=True, eq=False, repr=False)
 class KernelSpec:
     """One work on a rank's NCCL stream: what the host records and what the GPU waits for."""
 
-    __slots__ = (
-        "a2a_extra",
-        "compute_ns",
-        "cpu_ns",
-        "dim",
-        "dur_ns",
-        "entries",
-        "gpu_hang",
-        "kind",
-        "net_drop",
-        "op",
-        "parts",
-        "sig",
-        "site",
-        "variants",
-    )
-
-    def __init__(
-        self,
-        *,
-        kind: int,
-        dim: int = WORLD,
-        site: str = "",
-        op: str = "",
-        entries: tuple[EntrySpec, ...] = (),
-        parts: tuple[tuple[int, bool], ...] = (),
-        sig: tuple[Any, ...] = (),
-        compute_ns: int = 0,
-        cpu_ns: int = 0,
-        dur_ns: int = 0,
-        a2a_extra: int = -1,
-    ) -> None:
-        self.kind = kind
-        self.dim = dim
-        self.site = site
-        self.op = op
-        self.entries = entries
-        self.parts = parts
-        """P2P/BATCH: ``(peer's group-local rank minus ours, is_send)`` per op."""
-        self.sig = sig
-        """What must agree across a collective's members for it to complete."""
-        self.compute_ns = compute_ns
-        """GPU compute the stream runs before this work can start."""
-        self.cpu_ns = cpu_ns
-        """Host time between the previous issue and this one."""
-        self.dur_ns = dur_ns
-        self.a2a_extra = a2a_extra
-        """all_to_all only (>= 0): extra input rows; 0 when healthy."""
-        self.variants: dict[tuple[int, int], EntrySpec] = {}
-        """all_to_all only: the entry for each (input rows, output rows) seen so far."""
-        self.gpu_hang = False
-        """Fault: the compute kernel before this work never finishes."""
-        self.net_drop = False
-        """Fault: the network loses this collective after every member started it."""
+    kind: int
+    dim: int = WORLD
+    site: str = ""
+    op: str = ""
+    entries: tuple[EntrySpec, ...] = ()
+    parts: tuple[tuple[int, bool], ...] = ()
+    """P2P/BATCH: ``(peer's group-local rank minus ours, is_send)`` per op."""
+    sig: tuple[Any, ...] = ()
+    """What must agree across a collective's members for it to complete."""
+    compute_ns: int = 0
+    """GPU compute the stream runs before this work can start."""
+    cpu_ns: int = 0
+    """Host time between the previous issue and this one."""
+    dur_ns: int = 0
+    a2a_extra: int = -1
+    """all_to_all only (>= 0): extra input rows; 0 when healthy."""
+    variants: dict[tuple[int, int], EntrySpec] = field(init=False, default_factory=dict)
+    """all_to_all only: the entry for each (input rows, output rows) seen so far."""
+    gpu_hang: bool = field(init=False, default=False)
+    """Fault: the compute kernel before this work never finishes."""
+    net_drop: bool = field(init=False, default=False)
+    """Fault: the network loses this collective after every member started it."""
 
     def copy(self) -> KernelSpec:
         """A private copy for a culprit's edited program."""
@@ -244,217 +186,56 @@ class ProgramBuilder:
         rs = 6 * _MS + int(1_500 * _US * _log2(dp))
         small = 30 * _US + int(12 * _US * _log2(mesh.world))
         b0, b1 = BUCKETS
-        self.k: dict[str, KernelSpec] = {
-            "fwd.sp_gather": self.collective(
-                TP,
-                "fwd.sp_gather",
-                "_all_gather_base",
-                sp_in,
-                sp_out,
-                "BFloat16",
-                compute_ns=900 * _US,
-                cpu_ns=250 * _US,
-                dur_ns=tp_ar // 2,
-            ),
-            "fwd.attn_ar": self.collective(
-                TP,
-                "fwd.attn_ar",
-                "all_reduce",
-                full,
-                full,
-                "BFloat16",
-                compute_ns=3 * _MS,
-                cpu_ns=600 * _US,
-                dur_ns=tp_ar,
-            ),
-            "fwd.mlp_ar": self.collective(
-                TP,
-                "fwd.mlp_ar",
-                "all_reduce",
-                full,
-                full,
-                "BFloat16",
-                compute_ns=4 * _MS,
-                cpu_ns=700 * _US,
-                dur_ns=tp_ar,
-            ),
-            "bwd.mlp_ar": self.collective(
-                TP,
-                "bwd.mlp_ar",
-                "all_reduce",
-                full,
-                full,
-                "BFloat16",
-                compute_ns=7 * _MS,
-                cpu_ns=300 * _US,
-                dur_ns=tp_ar,
-            ),
-            "bwd.attn_ar": self.collective(
-                TP,
-                "bwd.attn_ar",
-                "all_reduce",
-                full,
-                full,
-                "BFloat16",
-                compute_ns=6 * _MS,
-                cpu_ns=300 * _US,
-                dur_ns=tp_ar,
-            ),
-            "bwd.sp_scatter": self.collective(
-                TP,
-                "bwd.sp_scatter",
-                "_reduce_scatter_base",
-                sp_out,
-                sp_in,
-                "BFloat16",
-                compute_ns=1500 * _US,
-                cpu_ns=200 * _US,
-                dur_ns=tp_ar // 2,
-            ),
-            "tail.rs_grads0": self.collective(
-                DP,
-                "tail.rs_grads",
-                "_reduce_scatter_base",
-                ((b0 * dp,),),
-                ((b0,),),
-                "Float",
-                compute_ns=2 * _MS,
-                cpu_ns=800 * _US,
-                dur_ns=rs,
-            ),
-            "tail.rs_grads1": self.collective(
-                DP,
-                "tail.rs_grads",
-                "_reduce_scatter_base",
-                ((b1 * dp,),),
-                ((b1,),),
-                "Float",
-                compute_ns=300 * _US,
-                cpu_ns=200 * _US,
-                dur_ns=rs * b1 // b0,
-            ),
-            "tail.grad_norm": self.collective(
-                WORLD,
-                "tail.grad_norm",
-                "all_reduce",
-                ((1,),),
-                ((1,),),
-                "Float",
-                compute_ns=600 * _US,
-                cpu_ns=400 * _US,
-                dur_ns=small,
-            ),
-            "tail.ag_params": self.collective(
-                DP,
-                "tail.ag_params",
-                "_all_gather_base",
-                ((b0,),),
-                ((b0 * dp,),),
-                "BFloat16",
-                compute_ns=5 * _MS,
-                cpu_ns=3 * _MS,
-                dur_ns=rs // 2,
-            ),
-            "tail.metrics": self.collective(
-                WORLD,
-                "tail.metrics",
-                "all_reduce",
-                ((4,),),
-                ((4,),),
-                "Float",
-                compute_ns=200 * _US,
-                cpu_ns=300 * _US,
-                dur_ns=small,
-            ),
-        }
+        shard0, shard1, params = ((b0 * dp,),), ((b1 * dp,),), ((b0,),)
         logits: Sizes = ((self.seq, MICRO_BATCH),)
-        self.k["fwd.embed"] = self.collective(
-            TP,
-            "fwd.embed",
-            "_reduce_scatter_base",
-            sp_out,
-            sp_in,
-            "BFloat16",
-            compute_ns=400 * _US,
-            cpu_ns=500 * _US,
-            dur_ns=tp_ar // 2,
-        )
-        self.k["bwd.embed"] = self.collective(
-            TP,
-            "bwd.embed",
-            "_all_gather_base",
-            sp_in,
-            sp_out,
-            "BFloat16",
-            compute_ns=800 * _US,
-            cpu_ns=200 * _US,
-            dur_ns=tp_ar // 2,
-        )
-        for site, compute in (
-            ("fwd.xent_max", 6 * _MS),
-            ("fwd.xent_sum", 900 * _US),
-            ("fwd.xent_target", 300 * _US),
-        ):
-            self.k[site] = self.collective(
-                TP,
-                site,
-                "all_reduce",
-                logits,
-                logits,
-                "Float",
-                compute_ns=compute,
-                cpu_ns=150 * _US,
-                dur_ns=60 * _US,
+        rows: Sizes = ((TOKENS, HIDDEN),)
+        ag_op, rs_op = "_all_gather_base", "_reduce_scatter_base"
+        ar_op, a2a_op = "all_reduce", "all_to_all"
+        bf16, f32 = "BFloat16", "Float"
+        # Per kernel: group, op, input and output sizes, dtype, the GPU compute before it and
+        # the host time before its issue (µs), its duration (ns). A trailing digit numbers the
+        # kernels of one call site. The order is the order call-site stacks are made in.
+        table: dict[str, tuple[int, str, Sizes, Sizes, str, int, int, int]] = {
+            "fwd.sp_gather": (TP, ag_op, sp_in, sp_out, bf16, 900, 250, tp_ar // 2),
+            "fwd.attn_ar": (TP, ar_op, full, full, bf16, 3_000, 600, tp_ar),
+            "fwd.mlp_ar": (TP, ar_op, full, full, bf16, 4_000, 700, tp_ar),
+            "bwd.mlp_ar": (TP, ar_op, full, full, bf16, 7_000, 300, tp_ar),
+            "bwd.attn_ar": (TP, ar_op, full, full, bf16, 6_000, 300, tp_ar),
+            "bwd.sp_scatter": (TP, rs_op, sp_out, sp_in, bf16, 1_500, 200, tp_ar // 2),
+            "tail.rs_grads0": (DP, rs_op, shard0, ((b0,),), f32, 2_000, 800, rs),
+            "tail.rs_grads1": (DP, rs_op, shard1, ((b1,),), f32, 300, 200, rs * b1 // b0),
+            "tail.grad_norm": (WORLD, ar_op, ((1,),), ((1,),), f32, 600, 400, small),
+            "tail.ag_params": (DP, ag_op, params, shard0, bf16, 5_000, 3_000, rs // 2),
+            "tail.metrics": (WORLD, ar_op, ((4,),), ((4,),), f32, 200, 300, small),
+            "fwd.embed": (TP, rs_op, sp_out, sp_in, bf16, 400, 500, tp_ar // 2),
+            "bwd.embed": (TP, ag_op, sp_in, sp_out, bf16, 800, 200, tp_ar // 2),
+            "fwd.xent_max": (TP, ar_op, logits, logits, f32, 6_000, 150, 60 * _US),
+            "fwd.xent_sum": (TP, ar_op, logits, logits, f32, 900, 150, 60 * _US),
+            "fwd.xent_target": (TP, ar_op, logits, logits, f32, 300, 150, 60 * _US),
+            # all_to_all entries are templates: each rank records its own split totals
+            "fwd.moe_dispatch": (DP, a2a_op, rows, rows, bf16, 800, 250, a2a),
+            "fwd.moe_combine": (DP, a2a_op, rows, rows, bf16, 2_500, 250, a2a),
+            "bwd.moe_combine": (DP, a2a_op, rows, rows, bf16, 1_200, 250, a2a),
+            "bwd.moe_dispatch": (DP, a2a_op, rows, rows, bf16, 4_000, 250, a2a),
+        }
+        self.k: dict[str, KernelSpec] = {}
+        for key, (dim, op, ins, outs, dtype, compute_us, cpu_us, dur_ns) in table.items():
+            kernel = self.collective(
+                dim,
+                key.rstrip("0123456789"),
+                op,
+                ins,
+                outs,
+                dtype,
+                compute_ns=compute_us * _US,
+                cpu_ns=cpu_us * _US,
+                dur_ns=dur_ns,
             )
-        for site, compute in (
-            ("fwd.moe_dispatch", 800 * _US),
-            ("fwd.moe_combine", 2500 * _US),
-            ("bwd.moe_combine", 1200 * _US),
-            ("bwd.moe_dispatch", 4 * _MS),
-        ):
-            # The entry here is a template: each rank records its own split totals.
-            rows: Sizes = ((TOKENS, HIDDEN),)
-            k = self.collective(
-                DP,
-                site,
-                "all_to_all",
-                rows,
-                rows,
-                "BFloat16",
-                compute_ns=compute,
-                cpu_ns=250 * _US,
-                dur_ns=a2a,
-            )
-            k.a2a_extra = 0
-            self.k[site] = k
+            if op == a2a_op:
+                kernel.a2a_extra = 0
+            self.k[key] = kernel
         self.sync = KernelSpec(kind=SYNC, site="loss.item")
         self.p2p_dur = 250 * _US
-
-    def collective_entry(
-        self,
-        dim: int,
-        site: str,
-        op: str,
-        in_sizes: Sizes,
-        out_sizes: Sizes,
-        in_dtype: str,
-        out_dtype: str | None = None,
-    ) -> EntrySpec:
-        """The entry of a collective called from ``site``."""
-        out_dtype = in_dtype if out_dtype is None else out_dtype
-        return EntrySpec(
-            dim=dim,
-            op=op,
-            profiling_name=f"nccl:{op}",
-            frames=self.stacks.stack(site, op),
-            in_sizes=in_sizes,
-            in_dtypes=(in_dtype,) * len(in_sizes),
-            out_sizes=out_sizes,
-            out_dtypes=(out_dtype,) * len(out_sizes),
-            is_p2p=False,
-            thread=1 if site in callsites.AUTOGRAD_SITES else 0,
-            has_events=True,
-        )
 
     def collective(
         self,
@@ -468,9 +249,21 @@ class ProgramBuilder:
         compute_ns: int,
         cpu_ns: int,
         dur_ns: int,
-        out_dtype: str | None = None,
     ) -> KernelSpec:
-        entry = self.collective_entry(dim, site, op, in_sizes, out_sizes, dtype, out_dtype)
+        """A collective called from ``site``, its one entry with ``dtype`` in and out."""
+        entry = EntrySpec(
+            dim=dim,
+            op=op,
+            profiling_name=f"nccl:{op}",
+            frames=self.stacks.stack(site, op),
+            in_sizes=in_sizes,
+            in_dtypes=(dtype,) * len(in_sizes),
+            out_sizes=out_sizes,
+            out_dtypes=(dtype,) * len(out_sizes),
+            is_p2p=False,
+            thread=1 if site in callsites.AUTOGRAD_SITES else 0,
+            has_events=True,
+        )
         return KernelSpec(
             kind=COLL,
             dim=dim,
@@ -601,20 +394,26 @@ class ProgramBuilder:
                     )
                 )
 
+        def layer_works(phase: str, layer: int) -> list[KernelSpec]:
+            """One layer's works in forward order; the backward pass issues them reversed."""
+            sites = []
+            if tp and layer == 0:
+                sites.append("sp_gather" if phase == "fwd" else "sp_scatter")
+            if tp:
+                sites.append("attn_ar")
+            if dp and layer == LAYERS - 1:
+                sites += ("moe_dispatch", "moe_combine")
+            if tp:
+                sites.append("mlp_ar")
+            return [k[f"{phase}.{site}"] for site in sites]
+
         for mb in range(MICROBATCHES):
             if pp and not first and mb == 0:
                 exchange([(-1, False)], 100 * _US)
             if tp and first:
                 out.append(k["fwd.embed"])
             for layer in range(LAYERS):
-                if tp and layer == 0:
-                    out.append(k["fwd.sp_gather"])
-                if tp:
-                    out.append(k["fwd.attn_ar"])
-                if dp and layer == LAYERS - 1:
-                    out.extend((k["fwd.moe_dispatch"], k["fwd.moe_combine"]))
-                if tp:
-                    out.append(k["fwd.mlp_ar"])
+                out.extend(layer_works("fwd", layer))
             if tp and last:
                 out.extend((k["fwd.xent_max"], k["fwd.xent_sum"], k["fwd.xent_target"]))
             if pp:
@@ -639,14 +438,7 @@ class ProgramBuilder:
                     )
                 )
             for layer in reversed(range(LAYERS)):
-                if tp:
-                    out.append(k["bwd.mlp_ar"])
-                if dp and layer == LAYERS - 1:
-                    out.extend((k["bwd.moe_combine"], k["bwd.moe_dispatch"]))
-                if tp:
-                    out.append(k["bwd.attn_ar"])
-                if tp and layer == 0:
-                    out.append(k["bwd.sp_scatter"])
+                out.extend(reversed(layer_works("bwd", layer)))
             if tp and first:
                 out.append(k["bwd.embed"])
             if pp and not first:
