@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # typed names for checkers; at run time __getattr__ imports t
     from fr_otel.archive import import_dumps
     from fr_otel.recorder import install
     from fr_otel.schema import RECORD_SCHEMA
+    from fr_otel.sinks import export
 
 __version__ = "0.1.0"
 
@@ -18,7 +19,7 @@ TORCH_EXTRA_HINT = (
 )
 """What to do when torch is missing (fr_otel is not on PyPI)."""
 
-__all__ = ["RECORD_SCHEMA", "__version__", "analyze", "import_dumps", "install"]
+__all__ = ["RECORD_SCHEMA", "__version__", "analyze", "export", "import_dumps", "install"]
 
 
 def __getattr__(name: str) -> Any:
@@ -43,6 +44,10 @@ def __getattr__(name: str) -> Any:
         from fr_otel.recorder import install
 
         return install
+    if name == "export":
+        from fr_otel.sinks import export
+
+        return export
     if name == "import_dumps":
         from fr_otel.archive import import_dumps
 

@@ -27,8 +27,9 @@ from fr_otel.otel.encode import encode_requests
 from fr_otel.otel.spool import REJECTED_DIR, resend, spool, spooled
 from fr_otel.otel.transport import (
     GZIP_LEVEL,
+    AttemptResult,
+    ExporterOptions,
     ExportOutcome,
-    ExportResult,
     GrpcExporter,
     HttpExporter,
     Payload,
@@ -430,9 +431,9 @@ class _StopAfter:
 
     def export(self, request: Payload, deadline: float) -> ExportOutcome:
         if self.left <= 0:
-            return ExportOutcome(ExportResult.FAILURE_RETRYABLE, "gone", retry_after_s=60)
+            return ExportOutcome(AttemptResult.FAILURE_RETRYABLE, "gone", retry_after_s=60)
         outcome = self.inner.export(request, deadline)
-        if outcome.result is ExportResult.SUCCESS:
+        if outcome.result is AttemptResult.SUCCESS:
             self.left -= 1
         return outcome
 
@@ -546,9 +547,15 @@ def test_grpc_target(endpoint: str, insecure: bool, expected: tuple[str, bool]) 
 
 def test_tls_files_that_cannot_be_read_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="certificate"):
-        GrpcExporter("https://collector:4317", certificate=tmp_path / "missing.pem")
+        GrpcExporter(
+            "https://collector:4317",
+            options=ExporterOptions(certificate=tmp_path / "missing.pem"),
+        )
     with pytest.raises(ConfigError, match="TLS"):
-        HttpExporter("https://collector:4318/v1/traces", certificate=tmp_path / "missing.pem")
+        HttpExporter(
+            "https://collector:4318/v1/traces",
+            options=ExporterOptions(certificate=tmp_path / "missing.pem"),
+        )
 
 
 # --- settings --------------------------------------------------------------------------
@@ -707,7 +714,7 @@ def test_an_interrupted_send_hands_back_every_request_not_delivered(
             if len(delivered) == 2:
                 raise KeyboardInterrupt  # Ctrl-C (or SIGTERM) while the third is sent
             delivered.append(request)
-            return ExportOutcome(ExportResult.SUCCESS)
+            return ExportOutcome(AttemptResult.SUCCESS)
 
         def shutdown(self) -> None:
             pass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
@@ -15,7 +14,7 @@ import click
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Sequence
 
     import pyarrow as pa
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
 
     from fr_otel.config import OtlpSettings
     from fr_otel.otel.transport import ExportOutcome, Payload, RequestExporter, SendReport
+    from fr_otel.sinks import ExportInput, ExportResult, RecordSink, SpanSink
 
 SLOW_ANSWER_S = 1.0
 """Say so when the Collector has not answered within this long."""
@@ -47,6 +47,16 @@ _UNREACHABLE = (
 )
 
 
+def _output_file(flag: str, what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A FILE option of a span file format."""
+    return click.option(
+        flag,
+        flag.removeprefix("--").replace("-", "_"),
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=f"{what} to this file.",
+    )
+
+
 @click.command("export")
 @click.argument("archive", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--job", default=None, help="Job to export (default: the only one).")
@@ -56,12 +66,7 @@ _UNREACHABLE = (
     help="Incident to export (default: the only one; with several, they are listed and"
     " the exit code is 2).",
 )
-@click.option(
-    "--otlp-json",
-    "otlp_json",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write OTLP JSON lines (the Collector's otlpjsonfile format) to this file.",
-)
+@_output_file("--otlp-json", "Write OTLP JSON lines (the Collector's otlpjsonfile format)")
 @click.option(
     "--otlp",
     "otlp",
@@ -116,12 +121,7 @@ _UNREACHABLE = (
     " join the same traces, whose ids are derived, not stored. A healthy incident has"
     " none: nothing is sent, exit code 0.",
 )
-@click.option(
-    "--jaeger-json",
-    "jaeger_json",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write Jaeger JSON (loads in Jaeger UI's Upload without a backend) to this file.",
-)
+@_output_file("--jaeger-json", "Write Jaeger JSON (loads in Jaeger UI's Upload without a backend)")
 def export(
     archive: Path,
     job: str | None,
@@ -159,14 +159,14 @@ def export(
             "--resend delivers the spool as it is: export the findings in a separate"
             " fr-otel export --otlp --findings-only"
         )
-    findings = findings or findings_only
     spool_dir = spool_dir if spool_dir is not None else archive / "_spool"
     settings, source = _settings(otlp, protocol) if otlp is not None else (None, "")
     if resend:
         from fr_otel.otel.spool import resend as resend_spooled
 
         assert settings is not None
-        exporter = _Narrated(settings, source, deadline, spool_dir, total_spans=None)
+        exporter = _Narrated(settings, source, deadline, spool_dir)
+        exporter.start()
         try:
             report = resend_spooled(spool_dir, exporter, deadline)
         finally:
@@ -176,105 +176,88 @@ def export(
             f" {report.unsent_spans} still waiting" + _why(report)
         )
         return EXIT_OK if report.ok else EXIT_BAD_INPUT
-    import duckdb
+    from fr_otel.sinks import export as export_incident
+    from fr_otel.sinks.jaeger import JaegerJsonSink
+    from fr_otel.sinks.otlpjson import OtlpJsonSink
 
-    from fr_otel.analysis.source import (
-        CheckedFiles,
-        Incident,
-        pick_incident,
-        reading_damaged_files,
-        register_archive,
-    )
-    from fr_otel.otel.encode import encode_requests
-    from fr_otel.otel.jaegerjson import write_jaeger_json
-    from fr_otel.otel.jsonfile import write_otlp_json
-
-    def read() -> tuple[Incident, CheckedFiles, pa.Table]:
-        chosen = pick_incident(archive, job, incident)
-        with duckdb.connect() as connection:
-            checked = register_archive(connection, archive, only=chosen)
-            rows = connection.sql("SELECT * FROM src")
-            if findings_only:
-                # the verdicts need only the run id (their traces' ids include it), not
-                # every entry of every rank
-                rows = (
-                    connection.sql("SELECT DISTINCT run_id FROM src")
-                    if "run_id" in rows.columns
-                    else connection.sql("SELECT * FROM src LIMIT 0")
-                )
-            return chosen, checked, rows.to_arrow_table()
-
-    chosen, checked, table = reading_damaged_files(read)
-    for problem in checked.problems:
-        click.echo(f"fr-otel: {problem} (exported without it)", err=True)
-    verdicts: list[ExportTraceServiceRequest] = []
-    if findings:
-        from fr_otel.analysis import analyze
-        from fr_otel.otel.verdict import verdict_spans
-
-        runs = set(table.column("run_id").to_pylist()) if "run_id" in table.column_names else set()
-        verdict = verdict_spans(
-            analyze(archive, job=chosen.job, incident=chosen.incident),
-            run_id=runs.pop() if len(runs) == 1 else None,
-        )
-        verdicts = [verdict] if verdict.resource_spans else []
-    # files need messages; the wire needs bytes, which the fast encoder writes directly
-    from fr_otel import config
-
-    resource = config.resource_attributes()
-    where = f"job={chosen.job} incident={chosen.incident}"
-    if findings_only and not verdicts:
-        click.echo(f"no findings ({where}): no verdict span to export")
-        return EXIT_OK
-    requests: list[ExportTraceServiceRequest] = []
-    if otlp_json or jaeger_json:
-        if not findings_only:
-            requests = list(encode_requests(table, resource=resource))
-        requests += verdicts
+    sinks: list[RecordSink] = []
     if otlp_json is not None:
-        spans = write_otlp_json(requests, otlp_json)
-        click.echo(f"exported {spans} spans ({where}) to {otlp_json}")
+        sinks.append(OtlpJsonSink(path=otlp_json))
     if jaeger_json is not None:
-        spans = write_jaeger_json(requests, jaeger_json)
-        click.echo(f"exported {spans} spans ({where}) to {jaeger_json}")
-    if settings is None:
-        return EXIT_OK
-    from fr_otel.otel.spool import spool
-    from fr_otel.otel.transport import send_all, span_count
-    from fr_otel.otel.wire import encode_requests_fast
+        sinks.append(JaegerJsonSink(path=jaeger_json))
+    narrated: _Narrated | None = None
+    if settings is not None:
+        from fr_otel.sinks.otlp import OtlpSink
 
-    payloads: Iterable[Payload] = itertools.chain(
-        () if findings_only else encode_requests_fast(table, resource=resource), verdicts
-    )
-    total = (0 if findings_only else table.num_rows) + sum(span_count(v) for v in verdicts)
-    exporter = _Narrated(settings, source, deadline, spool_dir, total_spans=total)
+        narrated = _Narrated(settings, source, deadline, spool_dir)
+        otlp_sink = OtlpSink(
+            exporter=narrated, spool_dir=spool_dir, deadline_s=deadline, owns_exporter=True
+        )
+        sinks.append(_StartFirst(otlp_sink, narrated))
+    where = ""
+
+    def before(what: ExportInput) -> None:
+        nonlocal where
+        where = f"job={what.incident.job} incident={what.incident.incident}"
+        for problem in what.problems:
+            click.echo(f"fr-otel: {problem} (exported without it)", err=True)
+        if narrated is not None:
+            narrated.total_spans = what.spans
+
+    def file_written(result: ExportResult) -> None:
+        # the OTLP sink says its result once its exporter is shut down (the progress
+        # bar gone); a file's is said as soon as it is written
+        if result.send is None:
+            click.echo(f"exported {result.written} spans ({where}) to {result.target}")
+
+    def sent(result: ExportResult) -> None:
+        assert result.send is not None
+        what = "verdict spans" if findings_only else "spans"
+        message = f"sent {result.written} {what} ({where}) over OTLP to {result.target}"
+        if result.spooled:
+            message += (
+                f"; {result.spooled} spans spooled in {spool_dir}{_why(result.send)}:"
+                " send them later with --otlp --resend"
+            )
+        if result.rejected:
+            message += f"; {result.rejected} spans refused by the receiver{_why(result.send)}"
+        click.echo(message)
+
     try:
-        report = send_all(payloads, exporter, deadline_s=deadline)
+        exported = export_incident(
+            archive,
+            sinks,
+            job=job,
+            incident=incident,
+            findings=findings or findings_only,
+            findings_only=findings_only,
+            before_export=before,
+            after_each=file_written,
+        )
     except KeyboardInterrupt as exc:
-        unsent: SendReport | None = getattr(exc, "send_report", None)
-        exporter.shutdown()
-        if unsent is not None and unsent.unsent:
-            spool(unsent.unsent, spool_dir)
+        _shutdown(sinks)
+        unsent: ExportResult | None = getattr(exc, "export_result", None)
+        if unsent is not None and unsent.spooled:
             click.echo(
-                f"fr-otel: interrupted after sending {unsent.sent_spans} spans;"
-                f" {unsent.unsent_spans} spans spooled in {spool_dir}: send them later with"
+                f"fr-otel: interrupted after sending {unsent.written} spans;"
+                f" {unsent.spooled} spans spooled in {spool_dir}: send them later with"
                 " --otlp --resend",
                 err=True,
             )
         raise
-    exporter.shutdown()
-    what = "verdict spans" if findings_only else "spans"
-    message = f"sent {report.sent_spans} {what} ({where}) over OTLP to {exporter.target}"
-    if report.unsent:
-        spool(report.unsent, spool_dir)
-        message += (
-            f"; {report.unsent_spans} spans spooled in {spool_dir}{_why(report)}:"
-            " send them later with --otlp --resend"
-        )
-    if report.rejected:
-        message += f"; {report.rejected_spans} spans refused by the receiver{_why(report)}"
-    click.echo(message)
-    return EXIT_OK if report.ok else EXIT_BAD_INPUT
+    _shutdown(sinks)
+    if not exported.results:  # findings only, and none
+        click.echo(f"no findings ({where}): no verdict span to export")
+        return EXIT_OK
+    for result in exported.results:
+        if result.send is not None:
+            sent(result)
+    return EXIT_OK if exported.ok else EXIT_BAD_INPUT
+
+
+def _shutdown(sinks: list[RecordSink]) -> None:
+    for sink in sinks:
+        sink.shutdown()
 
 
 def _why(report: SendReport) -> str:
@@ -352,33 +335,41 @@ class _Narrated:
     a second, with the reason), back again, and progress on a terminal."""
 
     def __init__(
-        self,
-        settings: OtlpSettings,
-        source: str,
-        deadline_s: float,
-        spool_dir: Path,
-        total_spans: int | None,
+        self, settings: OtlpSettings, source: str, deadline_s: float, spool_dir: Path
     ) -> None:
-        from fr_otel.otel.transport import exporter_for
-
-        # said as sending begins, so that what follows is timed from here
-        click.echo(
-            f"fr-otel: {_describe(settings)} (protocol {settings.protocol}: {source})", err=True
-        )
-        self._inner: RequestExporter = exporter_for(settings)
+        self._settings = settings
+        self._source = source
+        self._deadline_s = deadline_s
         self.target = settings.endpoint
-        self._deadline = time.monotonic() + deadline_s
         self._spool_dir = spool_dir
+        self.total_spans: int | None = None
+        """For the progress bar, when known before ``start``."""
+        self._inner: RequestExporter | None = None
+        self._deadline = 0.0
         self._down_since: float | None = None
         self._last_said = 0.0
         self._attempts_down = 0
         self._lock = threading.Lock()
         self._bar: Any = None
-        if total_spans and sys.stderr.isatty():
+
+    def start(self) -> None:
+        """Connect, as sending begins: what follows is timed from here."""
+        if self._inner is not None:
+            return
+        from fr_otel.otel.transport import exporter_for
+
+        settings = self._settings
+        click.echo(
+            f"fr-otel: {_describe(settings)} (protocol {settings.protocol}: {self._source})",
+            err=True,
+        )
+        self._inner = exporter_for(settings)
+        self._deadline = time.monotonic() + self._deadline_s
+        if self.total_spans and sys.stderr.isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(
-                total=total_spans, unit="span", desc="exporting", leave=False, file=sys.stderr
+                total=self.total_spans, unit="span", desc="exporting", leave=False, file=sys.stderr
             )
 
     def _say(self, message: str) -> None:
@@ -389,18 +380,20 @@ class _Narrated:
                 click.echo(message, err=True)
 
     def export(self, request: Payload, deadline: float) -> ExportOutcome:
-        from fr_otel.otel.transport import ExportResult, span_count
+        from fr_otel.otel.transport import AttemptResult, span_count
 
         timer = threading.Timer(SLOW_ANSWER_S, self._slow)
         timer.daemon = True
         if self._down_since is None:
             timer.start()
+        self.start()
+        assert self._inner is not None
         try:
             outcome = self._inner.export(request, deadline)
         finally:
             timer.cancel()
         now = time.monotonic()
-        if outcome.result is ExportResult.FAILURE_RETRYABLE:
+        if outcome.result is AttemptResult.FAILURE_RETRYABLE:
             self._attempts_down += 1
             left = max(0.0, self._deadline - now)
             if self._down_since is None:
@@ -417,7 +410,7 @@ class _Narrated:
                     f"fr-otel: still no delivery after {self._attempts_down} attempts in"
                     f" {now - self._down_since:.0f} s ({outcome.detail}); {left:.0f} s left"
                 )
-        elif outcome.result is ExportResult.SUCCESS:
+        elif outcome.result is AttemptResult.SUCCESS:
             if self._down_since is not None:
                 self._say(f"fr-otel: the Collector at {self.target} answers again; sending")
                 self._down_since = None
@@ -443,4 +436,27 @@ class _Narrated:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        self._inner.shutdown()
+        if self._inner is not None:
+            self._inner.shutdown()
+
+
+class _StartFirst:
+    """The OTLP sink, which connects (and says so) only when its turn comes, after the
+    files: a bad certificate is still said before any span is sent."""
+
+    def __init__(self, sink: SpanSink, narrated: _Narrated) -> None:
+        self._sink = sink
+        self._narrated = narrated
+
+    def export(self, table: pa.Table) -> ExportResult:
+        self._narrated.start()
+        return self._sink.export(table)
+
+    def export_spans(
+        self, table: pa.Table | None, extra: Sequence[ExportTraceServiceRequest]
+    ) -> ExportResult:
+        self._narrated.start()
+        return self._sink.export_spans(table, extra)
+
+    def shutdown(self) -> None:
+        self._sink.shutdown()

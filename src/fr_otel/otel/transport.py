@@ -50,6 +50,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from fr_otel import __version__
 from fr_otel.config import PROTOCOL_GRPC, PROTOCOL_HTTP, OtlpSettings
 from fr_otel.errors import ConfigError
+from fr_otel.otel.repeats import RepeatedWarnings, warn
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +94,8 @@ def as_message(request: Payload) -> ExportTraceServiceRequest:
     return request
 
 
-class ExportResult(enum.Enum):
-    """How one export attempt ended."""
+class AttemptResult(enum.Enum):
+    """How one export attempt ended (a whole export's result is ``fr_otel.sinks.ExportResult``)."""
 
     SUCCESS = "success"
     """Accepted (possibly with some spans rejected: the spec forbids retrying those)."""
@@ -110,7 +111,7 @@ class ExportResult(enum.Enum):
 class ExportOutcome:
     """One attempt's result with what the server said about it."""
 
-    result: ExportResult
+    result: AttemptResult
     detail: str = ""
     """The server's message or the network error, for reports and logs."""
     retry_after_s: float | None = None
@@ -350,6 +351,7 @@ def _deliver(
     deadline: float,
     report: SendReport,
     pending: deque[Payload],
+    warnings: RepeatedWarnings | None = None,
 ) -> bool:
     """Send one request until it succeeds, is refused, is split or time runs out.
 
@@ -366,7 +368,7 @@ def _deliver(
             report.unsent.append(request)
             return True
         result = outcome.result
-        if result is ExportResult.SUCCESS:
+        if result is AttemptResult.SUCCESS:
             report.sent_requests += 1
             report.sent_spans += span_count(request)
             if outcome.rejected_spans:
@@ -374,20 +376,32 @@ def _deliver(
                 report.note(f"partial success: {outcome.detail}")
             return True
         report.note(f"{result.value}: {outcome.detail}")
-        if result is ExportResult.TOO_LARGE:
+        if result is AttemptResult.TOO_LARGE:
             try:
                 halves = split_request(request)
             except DecodeError:
                 halves = None  # bytes that are no request: nothing to split
             if halves is None:
-                logger.warning("dropping a single span the receiver finds too large")
+                warn(
+                    warnings,
+                    logger,
+                    "too-large",
+                    "dropping a single span the receiver finds too large",
+                )
                 report.rejected.append(request)
             else:
                 report.splits += 1
                 pending.extendleft(reversed(halves))
             return True
-        if result is ExportResult.FAILURE:
-            logger.warning("receiver refused %d spans: %s", span_count(request), outcome.detail)
+        if result is AttemptResult.FAILURE:
+            warn(
+                warnings,
+                logger,
+                "refused",
+                "receiver refused %d spans: %s",
+                span_count(request),
+                outcome.detail,
+            )
             report.rejected.append(request)
             return True
         if outcome.retry_after_s is None:
@@ -410,8 +424,12 @@ def send_all(
     exporter: RequestExporter,
     *,
     deadline_s: float,
+    warnings: RepeatedWarnings | None = None,
 ) -> SendReport:
     """Deliver ``requests`` within ``deadline_s`` seconds; never raises for the network.
+
+    With ``warnings``, a caller that sends again and again (continuous mode) has each
+    kind of failure logged once and then summed up, not once per call.
 
     Requests are pulled from ``requests`` one at a time (a generator is encoded as it is
     sent). Once time is up, the current request and every one not yet tried are returned
@@ -443,7 +461,7 @@ def send_all(
                 report.unsent.append(request)
                 break
             current = request
-            delivered = _deliver(request, exporter, deadline, report, pending)
+            delivered = _deliver(request, exporter, deadline, report, pending, warnings)
             current = None
             if not delivered:
                 break
@@ -463,12 +481,17 @@ def send_all(
         report.unsent.extend(r for r in source if not _empty(r))
     report.elapsed_s = time.monotonic() - started
     if report.unsent:
-        logger.warning(
+        warn(
+            warnings,
+            logger,
+            "undelivered",
             "%d of %d spans not delivered: %s",
             report.unsent_spans,
             report.unsent_spans + report.sent_spans + report.rejected_spans,
             "; ".join(report.reasons[-3:]),
         )
+    elif warnings is not None and report.sent_requests:
+        warnings.resolved("undelivered")
     return report
 
 
@@ -519,6 +542,32 @@ def _metadata_value(metadata: Any, key: str) -> Any:
     return None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExporterOptions:
+    """What both exporters take besides the endpoint (``OTEL_EXPORTER_OTLP_*``)."""
+
+    headers: Mapping[str, str] | None = None
+    compression: str = "gzip"
+    timeout_s: float = 10.0
+    certificate: Path | None = None
+    client_key: Path | None = None
+    client_certificate: Path | None = None
+
+    @classmethod
+    def from_settings(cls, settings: OtlpSettings) -> ExporterOptions:
+        return cls(
+            headers=settings.headers,
+            compression=settings.compression,
+            timeout_s=settings.timeout_s,
+            certificate=settings.certificate,
+            client_key=settings.client_key,
+            client_certificate=settings.client_certificate,
+        )
+
+
+_DEFAULTS = ExporterOptions()
+
+
 class GrpcExporter:
     """OTLP/gRPC: ``TraceService/Export`` over one channel, without generated stubs."""
 
@@ -527,21 +576,18 @@ class GrpcExporter:
         endpoint: str,
         *,
         insecure: bool = False,
-        headers: Mapping[str, str] | None = None,
-        compression: str = "gzip",
-        timeout_s: float = 10.0,
-        certificate: Path | None = None,
-        client_key: Path | None = None,
-        client_certificate: Path | None = None,
+        options: ExporterOptions = _DEFAULTS,
     ) -> None:
         import grpc  # only the gRPC exporter needs grpcio
 
         self._grpc = grpc
         self.endpoint = endpoint
         self.target, secure = grpc_target(endpoint, insecure=insecure)
-        self._timeout_s = timeout_s
-        self._metadata = tuple((name.lower(), value) for name, value in (headers or {}).items())
-        options = [
+        self._timeout_s = options.timeout_s
+        self._metadata = tuple(
+            (name.lower(), value) for name, value in (options.headers or {}).items()
+        )
+        channel_options = [
             ("grpc.primary_user_agent", USER_AGENT),
             # grpc's own reconnect backoff grows to 2 minutes; while it waits every call
             # fails at once, so a Collector that is back would stay unseen until the
@@ -550,21 +596,20 @@ class GrpcExporter:
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
-        channel_compression = (
-            grpc.Compression.Gzip if compression == "gzip" else grpc.Compression.NoCompression
-        )
+        gzip_on = options.compression == "gzip"
+        channel_compression = grpc.Compression.Gzip if gzip_on else grpc.Compression.NoCompression
         if secure:
             credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(certificate, "certificate"),
-                private_key=_read(client_key, "client key"),
-                certificate_chain=_read(client_certificate, "client certificate"),
+                root_certificates=_read(options.certificate, "certificate"),
+                private_key=_read(options.client_key, "client key"),
+                certificate_chain=_read(options.client_certificate, "client certificate"),
             )
             self._channel = grpc.secure_channel(
-                self.target, credentials, options=options, compression=channel_compression
+                self.target, credentials, options=channel_options, compression=channel_compression
             )
         else:
             self._channel = grpc.insecure_channel(
-                self.target, options=options, compression=channel_compression
+                self.target, options=channel_options, compression=channel_compression
             )
         self._call = self._channel.unary_unary(
             GRPC_METHOD,
@@ -575,7 +620,7 @@ class GrpcExporter:
     def export(self, request: Payload, deadline: float) -> ExportOutcome:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return ExportOutcome(ExportResult.FAILURE_RETRYABLE, "deadline reached")
+            return ExportOutcome(AttemptResult.FAILURE_RETRYABLE, "deadline reached")
         grpc = self._grpc
         try:
             response = self._call(
@@ -597,11 +642,11 @@ class GrpcExporter:
             # The spec: retryable only with RetryInfo. Without it (grpc's own "received
             # message larger than max"), the request is too big for the receiver.
             if retry_after is None or "larger than max" in details.lower():
-                return ExportOutcome(ExportResult.TOO_LARGE, detail)
-            return ExportOutcome(ExportResult.FAILURE_RETRYABLE, detail, retry_after)
+                return ExportOutcome(AttemptResult.TOO_LARGE, detail)
+            return ExportOutcome(AttemptResult.FAILURE_RETRYABLE, detail, retry_after)
         if name in _GRPC_RETRYABLE:
-            return ExportOutcome(ExportResult.FAILURE_RETRYABLE, detail, retry_after)
-        return ExportOutcome(ExportResult.FAILURE, detail)
+            return ExportOutcome(AttemptResult.FAILURE_RETRYABLE, detail, retry_after)
+        return ExportOutcome(AttemptResult.FAILURE, detail)
 
     def shutdown(self) -> None:
         self._channel.close()
@@ -616,7 +661,7 @@ def _success(response: ExportTraceServiceResponse) -> ExportOutcome:
             partial.error_message,
         )
     return ExportOutcome(
-        ExportResult.SUCCESS, partial.error_message, rejected_spans=partial.rejected_spans
+        AttemptResult.SUCCESS, partial.error_message, rejected_spans=partial.rejected_spans
     )
 
 
@@ -653,12 +698,7 @@ class HttpExporter:
         self,
         url: str,
         *,
-        headers: Mapping[str, str] | None = None,
-        compression: str = "gzip",
-        timeout_s: float = 10.0,
-        certificate: Path | None = None,
-        client_key: Path | None = None,
-        client_certificate: Path | None = None,
+        options: ExporterOptions = _DEFAULTS,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -668,12 +708,12 @@ class HttpExporter:
         self._host = parts.hostname
         self._port = parts.port
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._gzip = compression == "gzip"
-        self._timeout_s = timeout_s
+        self._gzip = options.compression == "gzip"
+        self._timeout_s = options.timeout_s
         self._headers = {
             "Content-Type": "application/x-protobuf",
             "User-Agent": USER_AGENT,
-            **dict(headers or {}),
+            **dict(options.headers or {}),
         }
         if self._gzip:
             self._headers["Content-Encoding"] = "gzip"
@@ -681,11 +721,12 @@ class HttpExporter:
         if self._https:
             try:
                 self._ssl = ssl.create_default_context(
-                    cafile=str(certificate) if certificate else None
+                    cafile=str(options.certificate) if options.certificate else None
                 )
-                if client_certificate is not None:
+                if options.client_certificate is not None:
                     self._ssl.load_cert_chain(
-                        str(client_certificate), str(client_key) if client_key else None
+                        str(options.client_certificate),
+                        str(options.client_key) if options.client_key else None,
                     )
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigError(f"cannot load the TLS files for {url}: {exc}") from exc
@@ -727,7 +768,7 @@ class HttpExporter:
                 # use: one more try on a fresh connection before calling it a failure.
                 outcome = self._post(body, deadline)
         if isinstance(outcome, str):
-            return ExportOutcome(ExportResult.FAILURE_RETRYABLE, outcome)
+            return ExportOutcome(AttemptResult.FAILURE_RETRYABLE, outcome)
         return outcome
 
     def _post(self, body: bytes, deadline: float) -> ExportOutcome | str:
@@ -774,11 +815,11 @@ class HttpExporter:
             message = data[:200].decode("utf-8", errors="replace").strip()
         detail = f"HTTP {status} {response.reason}" + (f": {message}" if message else "")
         if status == 413:
-            return ExportOutcome(ExportResult.TOO_LARGE, detail)
+            return ExportOutcome(AttemptResult.TOO_LARGE, detail)
         if status in RETRYABLE_HTTP_STATUS:
             retry_after = parse_retry_after(response.getheader("Retry-After"))
-            return ExportOutcome(ExportResult.FAILURE_RETRYABLE, detail, retry_after)
-        return ExportOutcome(ExportResult.FAILURE, detail)
+            return ExportOutcome(AttemptResult.FAILURE_RETRYABLE, detail, retry_after)
+        return ExportOutcome(AttemptResult.FAILURE, detail)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -787,16 +828,9 @@ class HttpExporter:
 
 def exporter_for(settings: OtlpSettings) -> GrpcExporter | HttpExporter:
     """The exporter ``settings`` ask for (see ``fr_otel.config.otlp_settings``)."""
-    common: dict[str, Any] = {
-        "headers": settings.headers,
-        "compression": settings.compression,
-        "timeout_s": settings.timeout_s,
-        "certificate": settings.certificate,
-        "client_key": settings.client_key,
-        "client_certificate": settings.client_certificate,
-    }
+    options = ExporterOptions.from_settings(settings)
     if settings.protocol == PROTOCOL_GRPC:
-        return GrpcExporter(settings.endpoint, insecure=settings.insecure, **common)
+        return GrpcExporter(settings.endpoint, insecure=settings.insecure, options=options)
     if settings.protocol == PROTOCOL_HTTP:
-        return HttpExporter(settings.endpoint, **common)
+        return HttpExporter(settings.endpoint, options=options)
     raise ConfigError(f"protocol {settings.protocol!r} is not supported")

@@ -14,12 +14,12 @@ from typing import Any
 import pyarrow as pa
 
 from fr_otel.archive.layout import partition_dir
-from fr_otel.archive.rows import write_rows
 from fr_otel.config import RecorderSettings
 from fr_otel.otel.transport import RequestExporter
 from fr_otel.recorder.frmerge import merge_gpu_state
 from fr_otel.recorder.ring import RingContents
 from fr_otel.recorder.table import ring_table
+from fr_otel.sinks.parquet import ParquetSink
 
 logger = logging.getLogger(__name__)
 
@@ -82,10 +82,9 @@ def flush_ring(
         )
         table = merge_gpu_state(table, raw_dump)
         report.entries = table.num_rows
-        written = write_rows(table, settings.archive)
-        report.archived = written[0] if written else None
-        if not written:
-            report.problems.append("no entries to archive")
+        archived = ParquetSink(archive=settings.archive).export(table)
+        report.archived = archived.files[0] if archived.files else None
+        report.problems.extend(archived.problems)
     except Exception as exc:  # a full disk must not stop the OTLP path
         report.problems.append(f"archive: {exc}")
     if raw_dump is not None:
@@ -136,27 +135,28 @@ def _send(
 ) -> None:
     import pyarrow.compute as pc
 
-    from fr_otel.otel.spool import spool
-    from fr_otel.otel.transport import send_all
-    from fr_otel.otel.wire import encode_requests_fast
+    from fr_otel.sinks.otlp import OtlpSink
 
     try:
         if already_sent:
             sent_before = pa.array(sorted(already_sent), type=pa.int64())
             table = table.filter(pc.invert(pc.is_in(table["record_id"], value_set=sent_before)))
-        remaining = max(deadline - time.monotonic(), 0.05)
-        requests = encode_requests_fast(table, resource=resource)
-        sent = send_all(requests, exporter, deadline_s=remaining)
-        report.spans_sent = sent.sent_spans
-        if sent.rejected_spans:
+        sink = OtlpSink(
+            exporter=exporter,
+            spool_dir=settings.spool_dir,
+            deadline_s=max(deadline - time.monotonic(), 0.05),
+            resource=resource,
+        )
+        sent = sink.export(table)
+        report.spans_sent = sent.written
+        if sent.rejected and sent.send is not None:
             report.problems.append(
-                f"otlp: {sent.rejected_spans} spans refused: {'; '.join(sent.reasons[-2:])}"
+                f"otlp: {sent.rejected} spans refused: {'; '.join(sent.send.reasons[-2:])}"
             )
-        if sent.unsent:
-            spool(sent.unsent, settings.spool_dir)
-            report.spans_spooled = sent.unsent_spans
+        if sent.spooled:
+            report.spans_spooled = sent.spooled
             logger.warning(
-                "fr_otel: %s", spooled_message(sent.unsent_spans, settings.spool_dir, settings)
+                "fr_otel: %s", spooled_message(sent.spooled, settings.spool_dir, settings)
             )
     except Exception as exc:  # reported, the archive already holds the rows
         report.problems.append(f"otlp: {exc}")

@@ -141,9 +141,15 @@ class Recorder:
             self._exporter = exporter_for(settings.otlp)
         if settings.mode == "continuous" and self._exporter is not None:
             from fr_otel.recorder.streaming import SpanStream
+            from fr_otel.sinks.otlp import transport_warnings
 
+            # one Collector, one gate: a rank whose Collector is down says so once
+            warnings = transport_warnings()
             self._stream = SpanStream(
-                writer=lambda: self.ring, settings=settings, exporter=self._exporter
+                writer=lambda: self.ring,
+                settings=settings,
+                exporter=self._exporter,
+                warnings=warnings,
             )
             self._stream.start()
             if self._mirror is not None:
@@ -154,6 +160,7 @@ class Recorder:
                     exporter=self._exporter,
                     name="fr_otel-export-torch",
                     watch_backlog=False,  # the mirror wakes it after each read
+                    warnings=warnings,
                 )
                 self._mirror_stream.start()
         from fr_otel.recorder.triggers import Watch

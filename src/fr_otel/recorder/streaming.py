@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fr_otel.config import RecorderSettings
+from fr_otel.otel.repeats import RepeatedWarnings
 from fr_otel.otel.transport import RequestExporter
 from fr_otel.recorder.flush import span_resource
 from fr_otel.recorder.ring import RingContents, RingWriter
@@ -56,6 +57,7 @@ class SpanStream(threading.Thread):
         exporter: RequestExporter,
         name: str = "fr_otel-export",
         watch_backlog: bool = True,
+        warnings: RepeatedWarnings | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self._writer = writer
@@ -63,6 +65,13 @@ class SpanStream(threading.Thread):
         self._exporter = exporter
         self._watch_backlog = watch_backlog
         """False for a ring whose writer calls ``wake()`` after it writes."""
+        if warnings is None:
+            from fr_otel.sinks.otlp import transport_warnings
+
+            warnings = transport_warnings()
+        self._warnings = warnings
+        """A Collector that stays down fails every pass alike: said once, then summed up
+        (share one among the streams of one exporter)."""
         self._halt = threading.Event()
         self._wake = threading.Event()
         self._peak_rate = 0.0
@@ -215,22 +224,24 @@ class SpanStream(threading.Thread):
         return merge_gpu_state(self._table(contents), torch_fr_dump())
 
     def _send(self, table: pa.Table, deadline_s: float, resource: dict[str, str | int]) -> None:
-        from fr_otel.otel.spool import resend, spool, spooled
-        from fr_otel.otel.transport import send_all
-        from fr_otel.otel.wire import encode_requests_fast
+        from fr_otel.sinks.otlp import OtlpSink
 
-        requests = encode_requests_fast(table, resource=resource)
-        report = send_all(requests, self._exporter, deadline_s=deadline_s)
-        self.sent += report.sent_spans
-        if report.unsent:
-            spool(report.unsent, self._settings.spool_dir)
+        sink = OtlpSink(
+            exporter=self._exporter,
+            spool_dir=self._settings.spool_dir,
+            deadline_s=deadline_s,
+            resource=resource,
+            resend_spool=True,
+            warnings=self._warnings,
+        )
+        result = sink.export(table)
+        self.sent += result.written
+        if result.spooled:
             if not self.spooled:  # once: a Collector that is down stays down for a while
                 from fr_otel.recorder.flush import spooled_message
 
                 logger.warning(
                     "fr_otel: %s (said once; more may follow while it is down)",
-                    spooled_message(report.unsent_spans, self._settings.spool_dir, self._settings),
+                    spooled_message(result.spooled, self._settings.spool_dir, self._settings),
                 )
-            self.spooled += report.unsent_spans
-        elif report.sent_spans and spooled(self._settings.spool_dir):
-            resend(self._settings.spool_dir, self._exporter, deadline_s)
+            self.spooled += result.spooled

@@ -1,0 +1,64 @@
+"""An incident's rows, read straight from its Parquet files into one Arrow table in the
+canonical schema, for readers that want the rows themselves (export), not SQL over them
+(the analyzer registers the same checked files in DuckDB instead)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from fr_otel.archive.checks import CheckedFiles, check_files, describe, rank_files, read_pages
+from fr_otel.archive.incidents import Incident
+from fr_otel.errors import DumpError
+from fr_otel.schema import RECORD_SCHEMA
+
+
+@dataclass(kw_only=True)
+class IncidentRows:
+    """One incident's rows, and the files that were left out."""
+
+    incident: Incident
+    table: pa.Table
+    """Canonical schema (or its ``columns``); columns that older files lack are null."""
+    checked: CheckedFiles
+
+    @property
+    def problems(self) -> list[DumpError]:
+        return self.checked.problems
+
+
+def read_incident(
+    archive: Path, incident: Incident, *, columns: list[str] | None = None
+) -> IncidentRows:
+    """Every readable row of ``incident``, files in name order (rank order).
+
+    A file whose footer or pages cannot be read is left out and listed in ``problems``
+    (its rank reads as without a dump). Raises ``ArchiveError`` when no file can be read.
+    """
+    checked = check_files(rank_files(archive, incident))
+    wanted = list(columns) if columns is not None else RECORD_SCHEMA.names
+    schema = pa.schema([RECORD_SCHEMA.field(name) for name in wanted])
+    tables = []
+    for file in list(checked.good):
+        try:
+            raw = read_pages(file.path, columns)
+        except DumpError as problem:
+            checked.leave_out(file, problem)
+            continue
+        tables.append(_canonical(raw, schema))
+    checked.require_some(describe(archive, incident))
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    return IncidentRows(incident=incident, table=table, checked=checked)
+
+
+def _canonical(raw: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``raw`` in ``schema``: dictionary columns decoded, missing ones null."""
+    arrays = [
+        raw.column(field.name).cast(field.type)
+        if field.name in raw.column_names
+        else pa.nulls(raw.num_rows, field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
