@@ -19,12 +19,25 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
-from fr_otel.analysis.findings import Finding, FrameRef, GroupRef
+from fr_otel.analysis.findings import (
+    BlockedIn,
+    Entries,
+    EntryRef,
+    Evidence,
+    Finding,
+    GroupRef,
+    Stacks,
+    StackSide,
+    blocked_behind,
+    entry_json,
+    ranks_words,
+)
 
 MAX_SHIFT = 4
 """Longest run of skipped collectives recognised as one skip."""
@@ -61,6 +74,222 @@ class Majority:
     @property
     def tied(self) -> bool:
         return self.signatures > 1 and self.n == self.runner_up_n
+
+
+@dataclass(kw_only=True)
+class Issued:
+    """An entry as a divergence shows it: its ops, then (resolved) sizes and dtypes."""
+
+    ops: list[str]
+    entry: EntryRef | None
+
+    def to_dict(self, entries: Entries) -> dict[str, Any]:
+        return {"ops": self.ops, **entry_json(self.entry, entries)}
+
+
+@dataclass(kw_only=True)
+class LastSeen:
+    """A missing rank's last collective in the group, and where it is blocked instead."""
+
+    last_seq: int
+    last_op: str | None
+    entry: EntryRef | None
+    blocked_in: str | None = None
+
+    def to_dict(self, entries: Entries) -> dict[str, Any]:
+        out: dict[str, Any] = {"last_seq": self.last_seq, "last_op": self.last_op}
+        if self.blocked_in is not None:
+            out["blocked_in"] = self.blocked_in
+        return {**out, **entry_json(self.entry, entries)}
+
+
+Culprit = Issued | LastSeen | BlockedIn | None
+
+
+@dataclass(kw_only=True)
+class SlotEvidence(Evidence):
+    """Evidence of a divergence at one slot: the majority's entry and each culprit's
+    (the first ``MAX_DETAILED_CULPRITS``), then the kind's own facts."""
+
+    majority: Issued | None = None
+    culprits: dict[int, Culprit] = field(default_factory=dict)
+
+    def own(self, entries: Entries) -> dict[str, Any]:
+        return {
+            "majority": self.majority.to_dict(entries) if self.majority else None,
+            "culprits": {
+                str(rank): c.to_dict(entries) if c is not None else None
+                for rank, c in self.culprits.items()
+            },
+            **super().own(entries),
+            **self.kind_facts(entries),
+        }
+
+    def kind_facts(self, entries: Entries) -> dict[str, Any]:
+        """The kind's keys that are not shown as they are (after ``JSON_FIELDS``)."""
+        return {}
+
+    def own_refs(self) -> Iterator[EntryRef]:
+        shown = [self.majority, *self.culprits.values()]
+        for item in shown:
+            if isinstance(item, Issued | LastSeen) and item.entry is not None:
+                yield item.entry
+
+    def blocked(self, rank: int, where: str) -> None:
+        """``rank`` never issued the collective: it is blocked in ``where`` instead."""
+        current = self.culprits.get(rank)
+        if isinstance(current, LastSeen):
+            current.blocked_in = where
+        else:
+            self.culprits[rank] = BlockedIn(where)
+
+    def merge_culprits(self, other: Evidence) -> None:
+        if isinstance(other, SlotEvidence):
+            for rank, culprit in other.culprits.items():
+                self.culprits.setdefault(rank, culprit)
+
+    def sentence(self, finding: Finding) -> str:
+        return self.headline(finding)
+
+    def shown(self, finding: Finding, item: Culprit) -> dict[str, Any]:
+        return item.to_dict(finding.entries) if item is not None else {}
+
+
+@dataclass(kw_only=True)
+class MissingRankEvidence(SlotEvidence):
+    present: int
+
+    JSON_FIELDS = ("present",)
+
+    def headline(self, finding: Finding) -> str:
+        return _missing_summary(finding, self)
+
+
+@dataclass(kw_only=True)
+class WentTo:
+    """What a rank issued instead of a collective it skipped (seen in another group)."""
+
+    op: str | None
+    entry: EntryRef | None
+
+    def to_dict(self, entries: Entries) -> dict[str, Any]:
+        return {"op": self.op, **entry_json(self.entry, entries)}
+
+
+@dataclass(kw_only=True)
+class SkipEvidence(SlotEvidence):
+    shift: int
+    skipped_seqs: list[int]
+    skipped_ops: list[str | None]
+    went_to: WentTo | None = None
+    by: str | None = None
+
+    JSON_FIELDS = ("shift", "skipped_seqs", "skipped_ops")
+
+    def kind_facts(self, entries: Entries) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.went_to is not None:
+            out["went_to"] = self.went_to.to_dict(entries)
+        if self.by is not None:
+            out["by"] = self.by
+        return out
+
+    def own_refs(self) -> Iterator[EntryRef]:
+        yield from super().own_refs()
+        if self.went_to is not None and self.went_to.entry is not None:
+            yield self.went_to.entry
+
+    def headline(self, finding: Finding) -> str:
+        who, where = _who(finding), finding.place()
+        skipped = ", ".join(str(s) for s in self.skipped_ops)
+        if self.went_to is not None:
+            return (
+                f"{who} skipped {skipped} at {where}: it issued the ops that led to it in the"
+                f" step before, then what had followed it ({self.went_to.op}) instead"
+            )
+        if self.by:
+            return (
+                f"{who} skipped {skipped} at {where} and went on: it issued what its peers"
+                " issued next, from the same call site, in the steps before"
+            )
+        return f"{who} skipped {skipped} at {where} and went on; its later collectives are shifted"
+
+
+@dataclass(kw_only=True)
+class ReorderEvidence(SlotEvidence):
+    window: list[int]
+    majority_order: list[str | None]
+    culprit_order: list[str | None]
+
+    JSON_FIELDS = ("window", "majority_order", "culprit_order")
+
+    def headline(self, finding: Finding) -> str:
+        return (
+            f"{_who(finding)} issued the collectives of {finding.place()} in a different order"
+            f" than {self.majority_order}"
+        )
+
+
+@dataclass(kw_only=True)
+class MismatchEvidence(SlotEvidence):
+    """``op_type_mismatch``, ``dtype_mismatch``, ``size_mismatch`` against the majority."""
+
+    reference: str | None = None
+    """How a tie was broken, when there was one."""
+
+    def kind_facts(self, entries: Entries) -> dict[str, Any]:
+        return {"reference": self.reference} if self.reference is not None else {}
+
+    def headline(self, finding: Finding) -> str:
+        who, where, op = _who(finding), finding.place(), finding.op or "?"
+        first = finding.culprit_ranks[0] if finding.culprit_ranks else None
+        culprit = self.shown(finding, self.culprits.get(first) if first is not None else None)
+        majority = self.shown(finding, self.majority)
+        if finding.kind == "op_type_mismatch":
+            issued = ", ".join(culprit.get("ops", []))
+            return f"{who} issued {issued} where its peers issued {op} ({where})"
+        if finding.kind == "dtype_mismatch":
+            return (
+                f"{who} used dtype {culprit.get('input_dtypes')} in {op} where its peers used"
+                f" {majority.get('input_dtypes')} ({where})"
+            )
+        return (
+            f"{who} passed sizes {culprit.get('input_sizes')} to {op} where its peers passed"
+            f" {majority.get('input_sizes')} ({where})"
+        )
+
+
+@dataclass(kw_only=True)
+class Side:
+    """One side of a tie: its ranks and what one of them issued."""
+
+    ranks: list[int]
+    shown: Issued
+
+    def to_dict(self, entries: Entries) -> dict[str, Any]:
+        return {"ranks": self.ranks, **self.shown.to_dict(entries)}
+
+
+@dataclass(kw_only=True)
+class SidesEvidence(Evidence):
+    """A slot with two signatures of equal support: no majority, no culprit."""
+
+    ambiguous: bool = True
+    sides: list[Side]
+
+    def own(self, entries: Entries) -> dict[str, Any]:
+        return {"ambiguous": True, "sides": [side.to_dict(entries) for side in self.sides]}
+
+    def own_refs(self) -> Iterator[EntryRef]:
+        for side in self.sides:
+            if side.shown.entry is not None:
+                yield side.shown.entry
+
+    def headline(self, finding: Finding) -> str:
+        sides = " vs ".join(
+            f"ranks {side.ranks} ({', '.join(side.shown.ops)})" for side in self.sides
+        )
+        return f"{finding.kind.replace('_', ' ')} at {finding.place()} with no majority: {sides}"
 
 
 @dataclass(kw_only=True)
@@ -303,8 +532,8 @@ def _majority_of(view: GroupView, seq: int, sides: dict[int, list[Slot]], sig: i
     )
 
 
-def _ref(slot: Slot | None) -> FrameRef | None:
-    return (slot.rank, slot.record_id) if slot is not None else None
+def _ref(slot: Slot | None) -> EntryRef | None:
+    return EntryRef(slot.rank, slot.record_id) if slot is not None else None
 
 
 def _op(slot: Slot | None) -> str | None:
@@ -534,11 +763,11 @@ def _mismatch_kind(slot: Slot, reference: Slot) -> str:
     return "size_mismatch"
 
 
-def _describe(slot: Slot | None) -> dict[str, Any] | None:
+def _describe(slot: Slot | None) -> Issued | None:
     if slot is None:
         return None
-    # sizes and dtypes are filled in from the archive at the end ("entry" reference)
-    return {"ops": list(slot.ops), "entry": _ref(slot)}
+    # sizes and dtypes are read from the archive at the end (``resolve_entries``)
+    return Issued(ops=list(slot.ops), entry=_ref(slot))
 
 
 class _Collector:
@@ -547,6 +776,8 @@ class _Collector:
     def __init__(self, view: GroupView) -> None:
         self.view = view
         self.findings: dict[tuple[str, int, int], Finding] = {}
+        self.facts: dict[tuple[str, int, int], SlotEvidence] = {}
+        self.frames: dict[tuple[str, int, int], dict[int, EntryRef | None]] = {}
 
     def add(
         self,
@@ -556,9 +787,11 @@ class _Collector:
         *,
         variant: int = 0,
         culprit_slot: Slot | None,
-        culprit_frames: FrameRef | None,
-        evidence: dict[str, Any],
-    ) -> None:
+        culprit_frames: EntryRef | None,
+        evidence: SlotEvidence,
+    ) -> SlotEvidence:
+        """Add ``rank`` to the finding of ``kind`` at ``seq``; ``evidence`` is its
+        evidence when this makes the finding. Returns the finding's evidence."""
         view = self.view
         majority = view.majority.get(seq)
         reference = majority.slot if majority else None
@@ -570,49 +803,55 @@ class _Collector:
                 for (t, _), s in view.slots.items()
                 if t == seq and majority and s.sig == majority.sig and s.created_ns is not None
             ]
+            evidence.majority = _describe(reference)
+            culprit: dict[int, EntryRef | None] = {}
             finding = Finding(
                 kind=kind,
                 group=view.ref,
                 collective_seq_id=seq,
                 op=_op(reference),
                 culprit_ranks=[],
-                summary="",
-                evidence={"majority": _describe(reference), "culprits": {}, **evidence},
-                frames={
-                    "majority": _ref(reference),
-                    "majority_rank": reference.rank if reference else None,
-                    "culprit": {},
-                },
+                facts=evidence,
+                stacks=Stacks(
+                    majority=_ref(reference),
+                    majority_rank=reference.rank if reference else None,
+                    culprit=culprit,
+                ),
                 time_ns=min(present)
                 if present
                 else (culprit_slot.created_ns if culprit_slot else None),
             )
             self.findings[key] = finding
+            self.facts[key] = evidence
+            self.frames[key] = culprit
         finding.culprit_ranks.append(rank)
+        facts = self.facts[key]
         if len(finding.culprit_ranks) <= MAX_DETAILED_CULPRITS:
-            finding.evidence["culprits"][str(rank)] = _describe(culprit_slot)
-            finding.frames["culprit"][str(rank)] = culprit_frames
+            facts.culprits[rank] = _describe(culprit_slot)
+            self.frames[key][rank] = culprit_frames
+        return facts
 
 
 def _add_skip(
     collector: _Collector, view: GroupView, seq: int, rank: int, skip: int, slot: Slot | None
-) -> None:
+) -> SkipEvidence | None:
     """``rank`` skipped the ``skip`` collectives from ``seq`` on; ``slot`` is its own there."""
-    collector.add(
+    facts = collector.add(
         "skipped_collective",
         seq,
         rank,
         variant=skip,
         culprit_slot=slot,
         culprit_frames=_ref(slot),
-        evidence={
-            "shift": skip,
-            "skipped_seqs": list(range(seq, seq + skip)),
-            "skipped_ops": [
+        evidence=SkipEvidence(
+            shift=skip,
+            skipped_seqs=list(range(seq, seq + skip)),
+            skipped_ops=[
                 _op(view.majority[t].slot) for t in range(seq, seq + skip) if t in view.majority
             ],
-        },
+        ),
     )
+    return facts if isinstance(facts, SkipEvidence) else None
 
 
 def classify(view: GroupView) -> list[Finding]:
@@ -652,29 +891,24 @@ def classify(view: GroupView) -> list[Finding]:
                         continue
                     went_to = _skip_between_groups(view, rank, seq, window[1])
                     if went_to is not None:
-                        _add_skip(collector, view, seq, rank, 1, went_to)
-                        collector.findings[("skipped_collective", seq, 1)].evidence["went_to"] = {
-                            "op": _op(went_to),
-                            "entry": _ref(went_to),
-                        }
+                        skipped = _add_skip(collector, view, seq, rank, 1, went_to)
+                        if skipped is not None:
+                            skipped.went_to = WentTo(op=_op(went_to), entry=_ref(went_to))
                         explained[rank] = math.inf
                         continue
                     last = view.slots.get((window[1], rank))
-                    collector.add(
+                    missing = collector.add(
                         "missing_rank",
                         seq,
                         rank,
                         culprit_slot=None,
                         culprit_frames=_ref(last),
-                        evidence={"present": majority.present},
+                        evidence=MissingRankEvidence(present=majority.present),
                     )
-                    missing = collector.findings[("missing_rank", seq, 0)]
-                    if str(rank) in missing.evidence["culprits"]:
-                        missing.evidence["culprits"][str(rank)] = {
-                            "last_seq": window[1],
-                            "last_op": _op(last),
-                            "entry": _ref(last),
-                        }
+                    if rank in missing.culprits:
+                        missing.culprits[rank] = LastSeen(
+                            last_seq=window[1], last_op=_op(last), entry=_ref(last)
+                        )
                     explained[rank] = math.inf
                     continue
             elif _same(slot, majority) or slot.sig == majority.sig:
@@ -689,10 +923,11 @@ def classify(view: GroupView) -> list[Finding]:
             if shift is None:
                 by_history = _skip_by_history(view, rank, seq)
                 if by_history is not None:
-                    _add_skip(collector, view, seq, rank, by_history, slot)
-                    collector.findings[("skipped_collective", seq, by_history)].evidence["by"] = (
-                        "history: its peers issued this after the skipped collective last time"
-                    )
+                    skipped = _add_skip(collector, view, seq, rank, by_history, slot)
+                    if skipped is not None:
+                        skipped.by = (
+                            "history: its peers issued this after the skipped collective last time"
+                        )
                     explained[rank] = math.inf
                     continue
             if shift is not None and shift[0] == "reorder":
@@ -704,15 +939,15 @@ def classify(view: GroupView) -> list[Finding]:
                     variant=window_len,
                     culprit_slot=slot,
                     culprit_frames=_ref(slot),
-                    evidence={
-                        "window": list(range(seq, seq + window_len)),
-                        "majority_order": [
+                    evidence=ReorderEvidence(
+                        window=list(range(seq, seq + window_len)),
+                        majority_order=[
                             _op(view.majority[t].slot) for t in range(seq, seq + window_len)
                         ],
-                        "culprit_order": [
+                        culprit_order=[
                             _op(view.slots.get((t, rank))) for t in range(seq, seq + window_len)
                         ],
-                    },
+                    ),
                 )
                 explained[rank] = seq + window_len - 1
                 continue
@@ -725,14 +960,13 @@ def classify(view: GroupView) -> list[Finding]:
                 rank,
                 culprit_slot=slot,
                 culprit_frames=_ref(slot),
-                evidence={"reference": view.tie_breaks[seq]} if seq in view.tie_breaks else {},
+                evidence=MismatchEvidence(reference=view.tie_breaks.get(seq)),
             )
             # later slots of a rank that already diverged here are its cascade
             explained[rank] = math.inf
     findings = list(collector.findings.values()) + ambiguous
     for finding in findings:
         finding.culprit_ranks.sort()
-        finding.summary = summarize(finding)
         if finding.kind == "missing_rank":
             finding.absent_ranks = frozenset(finding.culprit_ranks)
     return findings
@@ -747,101 +981,46 @@ def _ambiguous(view: GroupView, seq: int) -> Finding:
     sides = sorted(by_sig.values(), key=lambda slots: (-len(slots), min(s.rank for s in slots)))
     a, b = sides[0][0], sides[1][0]
     kind = _mismatch_kind(b, a)
-    finding = Finding(
+    return Finding(
         kind=kind,
         group=view.ref,
         collective_seq_id=seq,
         op=None,
         culprit_ranks=[],
-        summary="",
-        evidence={
-            "ambiguous": True,
-            "sides": [
-                {"ranks": sorted(s.rank for s in side), **(_describe(side[0]) or {})}
+        facts=SidesEvidence(
+            sides=[
+                Side(
+                    ranks=sorted(s.rank for s in side),
+                    shown=Issued(ops=list(side[0].ops), entry=_ref(side[0])),
+                )
                 for side in sides
-            ],
-        },
-        frames={
-            "sides": [
-                {"ranks": sorted(s.rank for s in side), "frames": _ref(side[0])} for side in sides
             ]
-        },
+        ),
+        stacks=Stacks(
+            sides=[StackSide(sorted(s.rank for s in side), _ref(side[0])) for side in sides]
+        ),
         time_ns=min((s.created_ns for side in sides for s in side if s.created_ns), default=None),
     )
-    return finding
 
 
-def _ranks(ranks: list[int]) -> str:
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+def _who(finding: Finding) -> str:
+    return ranks_words(finding.culprit_ranks)
 
 
-def _missing_summary(finding: Finding, op: str, where: str) -> str:
+def _missing_summary(finding: Finding, facts: MissingRankEvidence) -> str:
+    op, where = finding.op or "?", finding.place()
     absent = sorted(finding.absent_ranks or {*finding.culprit_ranks, *finding.waiting_ranks})
-    replicas = finding.evidence.get("replicas")
-    if replicas:
+    if facts.replicas:
         desc = finding.group.desc or "?"
-        where = f"collective #{finding.collective_seq_id} of {len(replicas)} {desc} groups"
+        where = f"collective #{finding.collective_seq_id} of {len(facts.replicas)} {desc} groups"
     their = "their" if len(absent) > 1 else "its"
-    sentence = f"{_ranks(absent)} never issued {op} {where}, which {their} peers are waiting in"
-    cause = finding.consequence_of
-    if finding.evidence.get("candidate_ranks"):
-        suspects = ", ".join(map(str, finding.evidence["candidate_ranks"]))
-        return f"{sentence}; suspects: ranks {suspects}: {finding.evidence['reason']}"
-    if finding.evidence.get("candidate") and cause is not None:
-        return f"{sentence}; a candidate of [{cause}], which the evidence cannot order"
-    waiting = sorted(finding.waiting_ranks)
-    if waiting and cause is not None:
-        if set(waiting) == set(absent):
-            blocked = "they are" if len(waiting) > 1 else "it is"
-        else:
-            blocked = f"{_ranks(waiting)} {'are' if len(waiting) > 1 else 'is'}"
-        sentence += f": {blocked} blocked behind [{cause}], not at fault"
-    return sentence
-
-
-def summarize(finding: Finding) -> str:
-    """One sentence a tired engineer can act on."""
-    ranks = ", ".join(map(str, finding.culprit_ranks))
-    who = f"rank{'s' if len(finding.culprit_ranks) > 1 else ''} {ranks}"
-    where = f"{finding.group.label()} collective #{finding.collective_seq_id}"
-    op = finding.op or "?"
-    kind = finding.kind
-    if finding.evidence.get("ambiguous") and "sides" in finding.evidence:
-        sides = " vs ".join(
-            f"ranks {side['ranks']} ({', '.join(side['ops'])})"
-            for side in finding.evidence["sides"]
-        )
-        return f"{kind.replace('_', ' ')} at {where} with no majority: {sides}"
-    if kind == "missing_rank":
-        return _missing_summary(finding, op, where)
-    if kind == "skipped_collective":
-        skipped = ", ".join(str(s) for s in finding.evidence.get("skipped_ops", []))
-        if finding.evidence.get("went_to"):
-            return (
-                f"{who} skipped {skipped} at {where}: it issued the ops that led to it in the"
-                f" step before, then what had followed it"
-                f" ({finding.evidence['went_to']['op']}) instead"
-            )
-        if finding.evidence.get("by"):
-            return (
-                f"{who} skipped {skipped} at {where} and went on: it issued what its peers"
-                " issued next, from the same call site, in the steps before"
-            )
-        return f"{who} skipped {skipped} at {where} and went on; its later collectives are shifted"
-    if kind == "reordered_collectives":
-        order = finding.evidence.get("majority_order")
-        return f"{who} issued the collectives of {where} in a different order than {order}"
-    culprit = finding.evidence["culprits"][str(finding.culprit_ranks[0])] or {}
-    majority = finding.evidence.get("majority") or {}
-    if kind == "op_type_mismatch":
-        issued = ", ".join(culprit.get("ops", []))
-        return f"{who} issued {issued} where its peers issued {op} ({where})"
-    if kind == "dtype_mismatch":
-        return (
-            f"{who} used dtype {culprit.get('input_dtypes')} in {op} where its peers used"
-            f" {majority.get('input_dtypes')} ({where})"
-        )
-    return (
-        f"{who} passed sizes {culprit.get('input_sizes')} to {op} where its peers passed"
-        f" {majority.get('input_sizes')} ({where})"
+    sentence = (
+        f"{ranks_words(absent)} never issued {op} {where}, which {their} peers are waiting in"
     )
+    cause = finding.consequence_of
+    if facts.candidate_ranks:
+        suspects = ", ".join(map(str, facts.candidate_ranks))
+        return f"{sentence}; suspects: ranks {suspects}: {facts.reason}"
+    if facts.candidate and cause is not None:
+        return f"{sentence}; a candidate of [{cause}], which the evidence cannot order"
+    return sentence + blocked_behind(sorted(finding.waiting_ranks), absent, cause)

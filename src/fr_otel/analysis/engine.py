@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import duckdb
 
 from fr_otel.analysis import divergence, members, rootcause, rules, snapshots, stragglers, waits
-from fr_otel.analysis.findings import Analysis, Finding, FrameRef, GroupRef
-from fr_otel.analysis.source import Incident, open_source
+from fr_otel.analysis.divergence import SlotEvidence
+from fr_otel.analysis.findings import Analysis, Finding, GroupRef, resolve_entries
+from fr_otel.analysis.source import Incident
 from fr_otel.analysis.sqlfiles import CONSTANTS, run_file, sql_files
+from fr_otel.analysis.waits import P2PEvidence, SilentEvidence
 from fr_otel.archive.manifest import Manifest
-from fr_otel.stacks import trimmed
 
 
 def _groups(connection: duckdb.DuckDBPyConnection) -> dict[int, GroupRef]:
@@ -23,74 +22,6 @@ def _groups(connection: duckdb.DuckDBPyConnection) -> dict[int, GroupRef]:
     }
 
 
-def _resolve_frames(
-    connection: duckdb.DuckDBPyConnection, incident: Incident, findings: list[Finding]
-) -> None:
-    """Replace the (rank, record_id) references in findings by those entries' stacks.
-
-    Stacks are the heaviest column; reading only the handful that findings show keeps
-    the analysis fast.
-    """
-    refs: set[FrameRef] = set()
-
-    def collect(value: object) -> None:
-        if isinstance(value, tuple):
-            refs.add(value)
-        elif isinstance(value, dict):
-            for item in value.values():
-                collect(item)
-        elif isinstance(value, list):
-            for item in value:
-                collect(item)
-
-    for finding in findings:
-        collect(finding.frames)
-        collect(finding.evidence)
-    stacks: dict[FrameRef, list[dict[str, object]]] = {}
-    details: dict[FrameRef, dict[str, object]] = {}
-    if refs:
-        # literal lists: DuckDB skips every file and row group that cannot hold them
-        ranks = ", ".join(str(int(rank)) for rank in sorted({rank for rank, _ in refs}))
-        records = ", ".join(str(int(record)) for record in sorted({r for _, r in refs}))
-        rows = [
-            row
-            for row in connection.execute(
-                "SELECT rank, record_id, frames, input_sizes, output_sizes, input_dtypes,"
-                " output_dtypes, call_site FROM src"
-                f" WHERE job = ? AND incident = ? AND rank IN ({ranks})"
-                f" AND record_id IN ({records})",
-                [incident.job, incident.incident],
-            ).fetchall()
-            if (row[0], row[1]) in refs
-        ]
-        for rank, record_id, frames, ins, outs, in_dtypes, out_dtypes, site in rows:
-            stacks[(rank, record_id)] = trimmed(frames)
-            details[(rank, record_id)] = {
-                "input_sizes": ins,
-                "output_sizes": outs,
-                "input_dtypes": in_dtypes,
-                "output_dtypes": out_dtypes,
-                "call_site": site,
-            }
-
-    def resolve(value: object) -> object:
-        if isinstance(value, tuple):
-            return stacks.get(value, [])
-        if isinstance(value, dict):
-            entry = value.get("entry")
-            if isinstance(entry, tuple):
-                value = {k: v for k, v in value.items() if k != "entry"}
-                value.update(details.get(entry, {}))
-            return {key: resolve(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [resolve(item) for item in value]
-        return value
-
-    for finding in findings:
-        finding.frames = resolve(finding.frames)  # type: ignore[assignment]
-        finding.evidence = resolve(finding.evidence)  # type: ignore[assignment]
-
-
 def _merge_same_slot(findings: list[Finding], extra: list[Finding]) -> list[Finding]:
     """A rule finding at a slot a divergence finding already names adds evidence to it."""
     by_slot = {(f.group.key, f.collective_seq_id, f.kind): f for f in findings}
@@ -99,8 +30,8 @@ def _merge_same_slot(findings: list[Finding], extra: list[Finding]) -> list[Find
         if twin is None:
             findings.append(finding)
             by_slot[(finding.group.key, finding.collective_seq_id, finding.kind)] = finding
-        else:
-            twin.evidence.setdefault("rule", finding.evidence)
+        elif twin.facts.rule is None:
+            twin.facts.rule = finding.facts
     return findings
 
 
@@ -118,22 +49,8 @@ def _add_where_blocked(
             where = f"{head.op} {groups[head.gid].label()}" + (
                 f" #{head.seq}" if not head.p2p else f" with rank {head.peer}"
             )
-            culprits = finding.evidence.setdefault("culprits", {})
-            entry = culprits.get(str(rank)) or {}
-            entry["blocked_in"] = where
-            culprits[str(rank)] = entry
-
-
-_GROUPS_FROM_ROWS = """
-CREATE OR REPLACE TEMP TABLE groups AS
-SELECT CASE WHEN $gid_by_name THEN hash(pg_name) ELSE hash(pg_name, pg_ranks) END AS gid,
-       any_value(pg_name) AS pg_name, any_value(pg_desc) AS pg_desc,
-       list_sort(any_value(pg_ranks)) AS members,
-       bool_or(coalesce(pg_ranks_inferred, false)) AS inferred
-FROM src
-WHERE job = $job AND incident = $incident
-GROUP BY pg_name, pg_ranks
-"""
+            if isinstance(finding.facts, SlotEvidence | P2PEvidence):
+                finding.facts.blocked(rank, where)
 
 
 def _create_groups(
@@ -142,20 +59,15 @@ def _create_groups(
     """The ``groups`` table; returns whether group names alone identify groups."""
     if manifest is None:
         params = {"job": incident.job, "incident": incident.incident, "gid_by_name": False}
-        connection.execute(_GROUPS_FROM_ROWS, params)
+        run_file(connection, "groups_from_rows.sql", params)
         return False
     names = [g.name for g in manifest.groups]
     by_name = len(names) == len(set(names))
-    connection.execute(
-        "CREATE OR REPLACE TEMP TABLE groups AS"
-        " SELECT CASE WHEN $by_name THEN hash(name) ELSE hash(name, ranks) END AS gid,"
-        "        name AS pg_name, descr AS pg_desc, list_sort(ranks) AS members,"
-        "        inferred"
-        " FROM (SELECT unnest($names::VARCHAR[]) AS name, unnest($descs::VARCHAR[]) AS descr,"
-        "              unnest($ranks::BIGINT[][]) AS ranks,"
-        "              unnest($inferred::BOOLEAN[]) AS inferred)",
+    run_file(
+        connection,
+        "groups_from_manifest.sql",
         {
-            "by_name": by_name,
+            "gid_by_name": by_name,
             "names": names,
             "descs": [g.desc for g in manifest.groups],
             "ranks": [list(g.ranks) for g in manifest.groups],
@@ -218,7 +130,7 @@ def analyze_connection(
             findings.append(stuck)
             by_slot[(stuck.group.key, stuck.collective_seq_id)] = stuck
         else:
-            known.evidence["never_completed"] = stuck.evidence
+            known.facts.never_completed = stuck.facts
     for silent in waits.silent_ranks(graph, groups, timing_known):
         # a rank whose GPU never started it is the culprit, whoever else is silent
         if silent.collective_seq_id is None or (
@@ -237,11 +149,8 @@ def analyze_connection(
     # performance findings come after the hang's, outside its root cause and wavefront
     stragglers.create_arrival(connection)
     ordered.extend(stragglers.stragglers(connection, groups))
-    _resolve_frames(connection, incident, ordered)
-    for finding in ordered:
-        # their sentences quote sizes and dtypes, known only now, and name the ranks
-        # that wait behind another finding
-        _resummarize(finding)
+    # sizes, dtypes and stacks of the entries the findings show, read once for them all
+    ordered = resolve_entries(connection, incident.job, incident.incident, ordered)
     return Analysis(
         job=incident.job,
         incident=incident.incident,
@@ -285,49 +194,22 @@ def _unsure_stops(connection: duckdb.DuckDBPyConnection, findings: list[Finding]
                 f" shows for a failed collective too: rank {rank} stopped after it, or waits"
                 f" in it on rank {silent_words}, which left no dump"
             )
-        finding.evidence["ambiguous"] = True
-        finding.evidence["candidate_ranks"] = candidates
-        finding.evidence["reason"] = "; ".join(reasons)
+        reason = "; ".join(reasons)
+        finding.facts.ambiguous = True
+        finding.facts.candidate_ranks = candidates
+        finding.facts.reason = reason
         finding.culprit_ranks = []
-        stopped_or_waiting.update({r: finding.evidence["reason"] for r in finding.absent_ranks})
+        stopped_or_waiting.update({r: reason for r in finding.absent_ranks})
     for finding in findings:
         # the same doubt, seen from the silent member's side: the rank that waits on it
         # may instead have stopped after a collective that completed
-        if finding.kind != "silent_rank":
+        facts = finding.facts
+        if not isinstance(facts, SilentEvidence):
             continue
-        doubtful = sorted(set(finding.evidence.get("present_ranks", ())) & set(stopped_or_waiting))
-        if not doubtful or not finding.evidence.get("retired_in_dumps"):
+        doubtful = sorted(set(facts.present_ranks) & set(stopped_or_waiting))
+        if not doubtful or not facts.retired_in_dumps:
             continue
-        finding.evidence["ambiguous"] = True
-        finding.evidence["candidate_ranks"] = sorted({*finding.culprit_ranks, *doubtful})
-        finding.evidence["reason"] = stopped_or_waiting[doubtful[0]]
+        facts.ambiguous = True
+        facts.candidate_ranks = sorted({*finding.culprit_ranks, *doubtful})
+        facts.reason = stopped_or_waiting[doubtful[0]]
         finding.culprit_ranks = []
-
-
-def _resummarize(finding: Finding) -> None:
-    if finding.kind == "silent_rank":
-        finding.summary = waits.silent_summary(finding)
-    elif finding.evidence.get("ambiguous") and finding.kind == "cross_pg_deadlock":
-        return
-    elif "majority" in finding.evidence and "culprits" in finding.evidence:
-        finding.summary = divergence.summarize(finding)
-    elif finding.kind == "p2p_unmatched":
-        finding.summary = waits.p2p_summary(finding)
-    elif finding.waiting_ranks:
-        ranks = ", ".join(map(str, finding.waiting_ranks))
-        plural = len(finding.waiting_ranks) > 1
-        finding.summary += (
-            f"; rank{'s' if plural else ''} {ranks} {'wait' if plural else 'waits'} behind"
-            f" [{finding.consequence_of}], not at fault"
-        )
-
-
-def analyze(path: str | Path, *, job: str | None = None, incident: str | None = None) -> Analysis:
-    """Analyse an archive, or dumps imported on the fly (see ``open_source``)."""
-    with open_source(path, job=job, incident=incident) as source:
-        analysis = analyze_connection(source.connection, source.incident, source.manifest)
-        analysis.input_problems = [
-            {"path": p.path, "problem": p.problem, "detail": p.detail}
-            for p in source.import_problems
-        ]
-        return analysis

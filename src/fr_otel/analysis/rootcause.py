@@ -24,11 +24,57 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 
-from fr_otel.analysis.findings import ABSENCE_KINDS, KINDS, WAIT_KINDS, Finding
-from fr_otel.analysis.waits import WaitGraph, held_by
+from fr_otel.analysis.findings import (
+    ABSENCE_KINDS,
+    KINDS,
+    WAIT_KINDS,
+    CameBefore,
+    Entries,
+    Evidence,
+    Finding,
+    Mention,
+    Replica,
+    ranks_words,
+)
+from fr_otel.analysis.waits import P2PEvidence, WaitGraph, held_by
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidate(Mention):
+    """One finding of a jam the evidence cannot order (``evidence.candidates``)."""
+
+    op: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.head(), "op": self.op, "ranks": self.ranks}
+
+
+@dataclass(kw_only=True)
+class AmbiguousRootEvidence(Evidence):
+    """A jam of absences waiting on each other across groups that nothing orders: every
+    candidate is named, none blamed."""
+
+    ambiguous: bool = True
+    blocked: dict[str, list[int]]
+    candidates: list[Candidate]
+    text: str
+    """The sentence (not part of the JSON)."""
+
+    def own(self, entries: Entries) -> dict[str, Any]:
+        return {
+            "ambiguous": True,
+            "blocked": self.blocked,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "reason": self.reason,
+        }
+
+    def sentence(self, finding: Finding) -> str:
+        return self.text
+
 
 TIME_MARGIN_NS = 100_000_000
 """Two findings whose times differ by less than this are not ordered by time: clocks of
@@ -308,36 +354,37 @@ def _merge_replicas(findings: list[Finding]) -> list[Finding]:
             merged[key] = finding
             out.append(finding)
             continue
-        replicas = first.evidence.setdefault("replicas", [_replica_entry(first)])
-        replicas.append(_replica_entry(finding))
+        if first.facts.replicas is None:
+            first.facts.replicas = [_replica_entry(first)]
+        first.facts.replicas.append(_replica_entry(finding))
         first.culprit_ranks = sorted({*first.culprit_ranks, *finding.culprit_ranks})
         first.absent_ranks |= finding.absent_ranks
         first.held_ranks |= finding.held_ranks
         times = [t for t in (first.time_ns, finding.time_ns) if t is not None]
         first.time_ns = min(times) if times else None
-        culprits = first.evidence.get("culprits")
-        if isinstance(culprits, dict):
-            for rank, detail in (finding.evidence.get("culprits") or {}).items():
-                culprits.setdefault(rank, detail)
+        first.facts.merge_culprits(finding.facts)
     return out
 
 
-def _replica_entry(finding: Finding) -> dict[str, object]:
-    entry: dict[str, object] = {
-        "process_group": finding.group.to_dict(),
-        "ranks": sorted(finding.absent_ranks or finding.culprit_ranks),
-    }
-    if finding.kind == "p2p_unmatched":
-        entry["waiting_rank"] = finding.evidence.get("waiting_rank")
-        entry["p2p_seq_id"] = finding.evidence.get("p2p_seq_id")
-    return entry
+def _replica_entry(finding: Finding) -> Replica:
+    ranks = sorted(finding.absent_ranks or finding.culprit_ranks)
+    facts = finding.facts
+    if isinstance(facts, P2PEvidence):
+        return Replica(
+            group=finding.group,
+            ranks=ranks,
+            waiting_rank=facts.waiting_rank,
+            p2p_seq_id=facts.p2p_seq_id,
+            p2p=True,
+        )
+    return Replica(group=finding.group, ranks=ranks)
 
 
 def _split_waiting(finding: Finding, cause: Finding) -> None:
     """A consequence names ranks that wait behind its cause: those are not culprits."""
     if finding.kind == "silent_rank" and cause.kind == "silent_rank":
-        finding.evidence["same_silence"] = finding.absent_ranks <= cause.absent_ranks
-    if finding.kind == "silent_rank" or finding.evidence.get("candidate"):
+        finding.facts.same_silence = finding.absent_ranks <= cause.absent_ranks
+    if finding.kind == "silent_rank" or finding.facts.candidate:
         # a silent rank explained by evidence elsewhere, or one candidate of an
         # ambiguous root: no one is to blame for this finding on its own
         finding.culprit_ranks = []
@@ -364,7 +411,8 @@ def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph
     # rank that never posted its half is itself blocked on the rank waiting for it. The
     # other lone ops in the jam are further up the pipeline, waiting on that pair.
     def mutual(finding: Finding) -> bool:
-        waiting = finding.evidence.get("waiting_rank")
+        left = finding.facts.left_waiting
+        waiting = left[0] if left is not None else None
         culprit = finding.culprit_ranks[0] if finding.culprit_ranks else None
         head = graph.heads.get(culprit) if culprit is not None else None
         return head is not None and waiting in graph.needs.get(head.slot, set())
@@ -468,7 +516,7 @@ def _settle_jams(
             # the main jam cannot be ordered: say so instead of picking one
             ambiguous = _ambiguous_root(first, [ordered[j] for j in undecided], orders, graph)
             for finding in (first, *(ordered[j] for j in undecided)):
-                finding.evidence["candidate"] = True
+                finding.facts.candidate = True
             kept.pop()
             for j in (i, *undecided):
                 demoted[j] = ambiguous
@@ -480,15 +528,15 @@ def _settle_jams(
             if j not in undecided:
                 demoted[j] = first
                 rival = ordered[j]
-                first.evidence.setdefault("came_before", []).append(
-                    {
-                        "kind": rival.kind,
-                        "process_group": rival.group.to_dict(),
-                        "collective_seq_id": rival.collective_seq_id,
-                        "ranks": sorted(rival.absent_ranks or rival.culprit_ranks),
-                        "basis": orders[j].basis,
-                        "detail": orders[j].detail,
-                    }
+                first.facts.came_before.append(
+                    CameBefore(
+                        kind=rival.kind,
+                        group=rival.group,
+                        collective_seq_id=rival.collective_seq_id,
+                        ranks=sorted(rival.absent_ranks or rival.culprit_ranks),
+                        basis=orders[j].basis,
+                        detail=orders[j].detail,
+                    )
                 )
     return kept, demoted, ambiguous
 
@@ -514,35 +562,32 @@ def _ambiguous_root(
         collective_seq_id=first.collective_seq_id,
         op=first.op,
         culprit_ranks=[],
-        summary=(
-            f"ranks wait on each other across {len({f.group.key for f in candidates})} groups"
-            f" and the evidence cannot tell which came first: {who}; {reason}. Suspects:"
-            f" rank{'s' if len(suspects) > 1 else ''} {', '.join(map(str, suspects))}"
-        ),
-        evidence={
-            "ambiguous": True,
-            "blocked": blocked,
-            "candidates": [
-                {
-                    "kind": f.kind,
-                    "process_group": f.group.to_dict(),
-                    "collective_seq_id": f.collective_seq_id,
-                    "op": f.op,
-                    "ranks": sorted(f.absent_ranks or f.culprit_ranks),
-                }
+        facts=AmbiguousRootEvidence(
+            blocked=blocked,
+            candidates=[
+                Candidate(
+                    kind=f.kind,
+                    group=f.group,
+                    collective_seq_id=f.collective_seq_id,
+                    op=f.op,
+                    ranks=sorted(f.absent_ranks or f.culprit_ranks),
+                )
                 for f in candidates
             ],
-            "reason": reason,
-        },
-        frames={},
+            reason=reason,
+            text=(
+                f"ranks wait on each other across {len({f.group.key for f in candidates})}"
+                f" groups and the evidence cannot tell which came first: {who}; {reason}."
+                f" Suspects: {ranks_words(suspects)}"
+            ),
+        ),
         time_ns=min((f.time_ns for f in candidates if f.time_ns is not None), default=None),
         held_ranks=held,
     )
 
 
 def _candidate_words(finding: Finding) -> str:
-    ranks = sorted(finding.absent_ranks or finding.culprit_ranks)
-    who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    who = ranks_words(sorted(finding.absent_ranks or finding.culprit_ranks))
     return (
         f"{who} never issued {finding.op or '?'} {finding.group.label()}"
         f" #{finding.collective_seq_id}"

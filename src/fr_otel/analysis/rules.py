@@ -3,12 +3,78 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
-from fr_otel.analysis.findings import Finding, GroupRef
+from fr_otel.analysis import findings as base
+from fr_otel.analysis.findings import EntryRef, Finding, GroupRef, Stacks, entry_json, ranks_words
 from fr_otel.analysis.sqlfiles import ALL_TO_ALL_OPS
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RuleEntry:
+    """One member's element counts at a slot, and its entry."""
+
+    rank: int
+    input_numel: int | None
+    output_numel: int | None
+    entry: EntryRef
+
+
+@dataclass(kw_only=True)
+class ShapeRuleEvidence(base.Evidence):
+    """Entries that break their op's own numel rule."""
+
+    shape_rule: str
+    group_size: int
+    entries: list[RuleEntry]
+    everyone: bool
+
+    def own(self, entries: base.Entries) -> dict[str, Any]:
+        return {
+            "rule": self.shape_rule,
+            "group_size": self.group_size,
+            "entries": [
+                {
+                    "rank": e.rank,
+                    "input_numel": e.input_numel,
+                    "output_numel": e.output_numel,
+                    **entry_json(e.entry, entries),
+                }
+                for e in self.entries
+            ],
+        }
+
+    def own_refs(self) -> Iterator[EntryRef]:
+        for e in self.entries:
+            yield e.entry
+
+    def headline(self, finding: Finding) -> str:
+        ranks = [e.rank for e in self.entries]
+        who = "every member" if self.everyone else "ranks " + ", ".join(map(str, ranks))
+        rule = f"{self.shape_rule} (group size {self.group_size})"
+        return f"{finding.op} {finding.place()} breaks its shape rule on {who}: {rule}"
+
+
+@dataclass(kw_only=True)
+class AllToAllEvidence(base.Evidence):
+    """An all_to_all whose totals do not balance over the group."""
+
+    total_input_numel: int
+    total_output_numel: int
+    per_rank: list[dict[str, Any]]
+    """``{"rank", "input_numel", "output_numel"}`` per member."""
+    blame: str
+
+    JSON_FIELDS = ("total_input_numel", "total_output_numel", "per_rank")
+
+    def headline(self, finding: Finding) -> str:
+        sent, received = self.total_input_numel, self.total_output_numel
+        balance = f"{sent} elements sent, {received} received"
+        return f"all_to_all {finding.place()} does not balance: {balance}; {self.blame}"
 
 
 def _slot_time(connection: duckdb.DuckDBPyConnection, gid: int, seq: int) -> int | None:
@@ -31,7 +97,6 @@ def shape_rule_findings(
     findings = []
     for gid, seq, op, ranks, rule, details, size in rows:
         group = groups[gid]
-        everyone = set(ranks) >= set(group.ranks or ())
         findings.append(
             Finding(
                 kind="size_mismatch",
@@ -39,41 +104,38 @@ def shape_rule_findings(
                 collective_seq_id=seq,
                 op=op,
                 culprit_ranks=list(ranks),
-                summary=(
-                    f"{op} {group.label()} collective #{seq} breaks its shape rule on"
-                    f" {'every member' if everyone else 'ranks ' + ', '.join(map(str, ranks))}:"
-                    f" {rule} (group size {size})"
-                ),
-                evidence={
-                    "rule": rule,
-                    "group_size": size,
-                    "entries": [
-                        {
-                            "rank": d["rank"],
-                            "input_numel": d["in_numel"],
-                            "output_numel": d["out_numel"],
-                            "entry": (d["rank"], d["record_id"]),
-                        }
+                facts=ShapeRuleEvidence(
+                    shape_rule=rule,
+                    group_size=size,
+                    entries=[
+                        RuleEntry(
+                            rank=d["rank"],
+                            input_numel=d["in_numel"],
+                            output_numel=d["out_numel"],
+                            entry=EntryRef(d["rank"], d["record_id"]),
+                        )
                         for d in details
                     ],
-                },
+                    everyone=set(ranks) >= set(group.ranks or ()),
+                ),
                 time_ns=_slot_time(connection, gid, seq),
-                frames=_frames(details, list(ranks)),
+                stacks=_stacks(details, list(ranks)),
             )
         )
     return findings
 
 
-def _frames(entries: list[dict[str, Any]], culprits: list[int]) -> dict[str, Any]:
+def _stacks(entries: list[dict[str, Any]], culprits: list[int]) -> Stacks:
     """Stack references: the culprits', and one other member's as the reference."""
     others = [e for e in entries if e["rank"] not in culprits] or entries
-    return {
-        "culprit": {
-            str(e["rank"]): (e["rank"], e["record_id"]) for e in entries if e["rank"] in culprits
+    return Stacks(
+        culprit={
+            e["rank"]: EntryRef(e["rank"], e["record_id"]) for e in entries if e["rank"] in culprits
         },
-        "majority": (others[0]["rank"], others[0]["record_id"]),
-        "majority_rank": others[0]["rank"],
-    }
+        majority=EntryRef(others[0]["rank"], others[0]["record_id"]),
+        majority_rank=others[0]["rank"],
+        culprit_first=True,
+    )
 
 
 _CHANGED = """
@@ -116,8 +178,8 @@ def all_to_all_findings(
             # changed since the last call at the same site is the one that broke it
             culprits = changed
             blame = (
-                f"rank{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))}"
-                " changed their split sizes since the last all_to_all at the same call site"
+                f"{ranks_words(culprits)} changed their split sizes since the last all_to_all"
+                " at the same call site"
             )
         elif rest and rest[0][1] == usual_n:
             culprits = []
@@ -125,9 +187,8 @@ def all_to_all_findings(
         else:
             culprits = sorted(r["rank"] for r in per_rank if (r["i"], r["o"]) != usual)
             blame = (
-                f"rank{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))} differ"
-                f" from the {usual_n} member(s) that sent {usual[0]} and received {usual[1]}"
-                " elements"
+                f"{ranks_words(culprits)} differ from the {usual_n} member(s) that sent"
+                f" {usual[0]} and received {usual[1]} elements"
             )
         findings.append(
             Finding(
@@ -136,19 +197,16 @@ def all_to_all_findings(
                 collective_seq_id=seq,
                 op="all_to_all",
                 culprit_ranks=culprits,
-                summary=(
-                    f"all_to_all {group.label()} collective #{seq} does not balance: {total_in}"
-                    f" elements sent, {total_out} received; {blame}"
-                ),
-                evidence={
-                    "total_input_numel": total_in,
-                    "total_output_numel": total_out,
-                    "per_rank": [
+                facts=AllToAllEvidence(
+                    total_input_numel=total_in,
+                    total_output_numel=total_out,
+                    per_rank=[
                         {"rank": r["rank"], "input_numel": r["i"], "output_numel": r["o"]}
                         for r in per_rank
                     ],
-                },
-                frames=_frames(per_rank, culprits),
+                    blame=blame,
+                ),
+                stacks=_stacks(per_rank, culprits),
                 time_ns=_slot_time(connection, gid, seq),
             )
         )

@@ -1,8 +1,16 @@
-"""Running the analyzer's SQL files (``sql/NN_name.sql``, beside this module) on DuckDB."""
+"""Running the analyzer's SQL files (``sql/*.sql``, beside this module) on DuckDB.
+
+Every table the analysis builds is made by one of these files: the passes that run in
+order (``NN_name.sql``) and the ones the analysis picks from (``groups_from_rows.sql``,
+``groups_from_manifest.sql``). Each statement is logged at DEBUG level (``-vv``) with the
+time it took, on the ``fr_otel.analysis.sql`` logger.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from importlib import resources
 from typing import Any
 
@@ -12,6 +20,8 @@ from fr_otel.schema import ENTRY_MACROS
 from fr_otel.stacks import LIBRARY_FRAME_PATTERN
 
 _PARAM = re.compile(r"\$([a-z_]+)")
+_PASS = re.compile(r"\d\d_\w+\.sql")
+_trace = logging.getLogger("fr_otel.analysis.sql")
 
 # Ops whose sizes legitimately differ across a group's ranks: compared without sizes,
 # checked by rules instead.
@@ -74,12 +84,20 @@ def run_file(connection: duckdb.DuckDBPyConnection, name: str, params: dict[str,
     """Execute every statement of ``sql/<name>``, binding the ``$name`` parameters it uses."""
     prepare(connection)
     values = {**CONSTANTS, **params}
+    tracing = _trace.isEnabledFor(logging.DEBUG)
     for statement in statements(name):
         used = {key: values[key] for key in _PARAM.findall(statement)}
+        start = time.perf_counter()
         connection.execute(statement, used or None)
+        if tracing:
+            first = next(
+                (line for line in statement.splitlines() if not line.lstrip().startswith("--")),
+                "",
+            )
+            _trace.debug("%s: %.3f s: %s", name, time.perf_counter() - start, first.strip())
 
 
 def sql_files() -> list[str]:
-    """The SQL files in the order they run."""
+    """The SQL passes (``NN_name.sql``), in the order they run."""
     folder = resources.files("fr_otel.analysis").joinpath("sql")
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".sql"))
+    return sorted(p.name for p in folder.iterdir() if _PASS.fullmatch(p.name))

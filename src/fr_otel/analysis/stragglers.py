@@ -37,13 +37,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
+from fr_otel.analysis import findings as base
 from fr_otel.analysis.clocks import CLOCK_SQL
-from fr_otel.analysis.findings import Finding, GroupRef
+from fr_otel.analysis.findings import EntryRef, Finding, GroupRef, Stacks, entry_json
 
 MIN_COLLECTIVES = 20
 """Collectives at one call site before a rank's lateness there is judged at all: fewer are
@@ -345,8 +347,8 @@ def _late(site: SiteLateness, uncertainty_ns: int | None) -> bool:
 def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]) -> list[Finding]:
     """``straggler`` findings of the incident under analysis (see ``create_arrival``).
 
-    Their ``evidence["example"]`` and each site's ``entry`` are (rank, record_id)
-    references: the analyzer resolves them (call site, sizes, dtypes) with the stacks."""
+    Their ``example`` and each site's entry are ``EntryRef`` s: the analyzer resolves
+    them (call site, sizes, dtypes) with the stacks."""
     by_members = {_key(g): g for g in groups.values()}
     sites = site_lateness(connection, groups)
     # the clock uncertainty of a comparison within a group: its least certain member's
@@ -371,7 +373,7 @@ def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef
     _detail(connection, [s for rank in named for s in late[rank].sites])
     findings = [_finding(late[rank], sites, uncertainty) for rank in sorted(named)]
     # the costliest first: the one whose cure would speed the job up the most
-    findings.sort(key=lambda f: -f.evidence["time_lost_ms_total"])
+    findings.sort(key=_time_lost, reverse=True)
     return findings
 
 
@@ -479,6 +481,96 @@ def _ms(ns: float) -> float:
     return round(ns / 1e6, 3)
 
 
+def _time_lost(finding: Finding) -> float:
+    facts = finding.facts
+    return facts.time_lost_ms_total if isinstance(facts, StragglerEvidence) else 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LateSite:
+    """One group and call site where a straggler is late (``evidence.sites``)."""
+
+    group: GroupRef
+    op: str
+    entry: EntryRef
+    collectives: int
+    lateness_ms: dict[str, float]
+    excess_ms: float
+    last_fraction: float
+    confidence: float
+
+    def to_dict(self, entries: base.Entries) -> dict[str, Any]:
+        return {
+            "process_group": self.group.to_dict(),
+            "op": self.op,
+            "collectives": self.collectives,
+            "lateness_ms": self.lateness_ms,
+            "excess_ms": self.excess_ms,
+            "last_fraction": self.last_fraction,
+            "confidence": self.confidence,
+            **entry_json(self.entry, entries),
+        }
+
+
+@dataclass(kw_only=True)
+class StragglerEvidence(base.Evidence):
+    """A rank consistently late to its collectives (see docs/analysis.md)."""
+
+    lateness_ms: dict[str, float]
+    peers_median_ms: float
+    excess_ms: float
+    last_fraction: float
+    later_than_peers_fraction: float
+    collectives: int
+    confidence: float
+    time_lost_ms_per_step: float
+    time_lost_ms_total: float
+    steps: int
+    side: str
+    basis: str
+    example_seq: int | None
+    example: EntryRef
+    """The entry where it was latest: its call site, sizes and dtypes."""
+    clock: dict[str, Any]
+    sites: list[LateSite]
+    text: str
+    """The sentence (not part of the JSON)."""
+
+    JSON_FIELDS = (
+        "lateness_ms",
+        "peers_median_ms",
+        "excess_ms",
+        "last_fraction",
+        "later_than_peers_fraction",
+        "collectives",
+        "confidence",
+        "time_lost_ms_per_step",
+        "time_lost_ms_total",
+        "steps",
+        "side",
+        "basis",
+    )
+
+    def own(self, entries: base.Entries) -> dict[str, Any]:
+        return {
+            **super().own(entries),
+            "example": {
+                "collective_seq_id": self.example_seq,
+                **entry_json(self.example, entries),
+            },
+            "clock": self.clock,
+            "sites": [site.to_dict(entries) for site in self.sites],
+        }
+
+    def own_refs(self) -> Iterator[EntryRef]:
+        yield self.example
+        for site in self.sites:
+            yield site.entry
+
+    def headline(self, finding: Finding) -> str:
+        return self.text
+
+
 def _finding(
     candidate: _Candidate, sites: list[SiteLateness], uncertainty: dict[int, int | None]
 ) -> Finding:
@@ -499,49 +591,49 @@ def _finding(
         f" {_ms(main.peers_p50_ns):g} ms), about {_ms(per_step_ns):g} ms lost per step"
         f" ({_SIDE_WORDS[side]}); a performance problem, not a hang"
     )
-    evidence: dict[str, Any] = {
-        "lateness_ms": {"median": _ms(main.p50_ns), "p90": _ms(main.p90_ns)},
-        "peers_median_ms": _ms(main.peers_p50_ns),
-        "excess_ms": _ms(main.excess_ns),
-        "last_fraction": round(main.last / main.collectives, 3),
-        "later_than_peers_fraction": round(main.above / main.collectives, 3),
-        "collectives": main.collectives,
-        "confidence": round(main.confidence, 6),
-        "time_lost_ms_per_step": _ms(per_step_ns),
-        "time_lost_ms_total": _ms(lost_in_group),
-        "steps": main.steps,
-        "side": side,
-        "basis": main.basis,
-        # the entry where it was latest: its call site, sizes and dtypes
-        "example": {"collective_seq_id": main.example_seq, "entry": (rank, main.example_record)},
-        "clock": {
+    evidence = StragglerEvidence(
+        lateness_ms={"median": _ms(main.p50_ns), "p90": _ms(main.p90_ns)},
+        peers_median_ms=_ms(main.peers_p50_ns),
+        excess_ms=_ms(main.excess_ns),
+        last_fraction=round(main.last / main.collectives, 3),
+        later_than_peers_fraction=round(main.above / main.collectives, 3),
+        collectives=main.collectives,
+        confidence=round(main.confidence, 6),
+        time_lost_ms_per_step=_ms(per_step_ns),
+        time_lost_ms_total=_ms(lost_in_group),
+        steps=main.steps,
+        side=side,
+        basis=main.basis,
+        example_seq=main.example_seq,
+        example=EntryRef(rank, main.example_record),
+        clock={
             "offset_ms": _ms(main.clock_offset_ns),
             "uncertainty_ms": None if unc is None else _ms(unc),
             "estimated": unc is not None,
         },
-        "sites": [
-            {
-                "process_group": s.group.to_dict(),
-                "op": s.op,
-                "entry": (rank, s.example_record),
-                "collectives": s.collectives,
-                "lateness_ms": {"median": _ms(s.p50_ns), "p90": _ms(s.p90_ns)},
-                "excess_ms": _ms(s.excess_ns),
-                "last_fraction": round(s.last / s.collectives, 3),
-                "confidence": round(s.confidence, 6),
-            }
+        sites=[
+            LateSite(
+                group=s.group,
+                op=s.op,
+                entry=EntryRef(rank, s.example_record),
+                collectives=s.collectives,
+                lateness_ms={"median": _ms(s.p50_ns), "p90": _ms(s.p90_ns)},
+                excess_ms=_ms(s.excess_ns),
+                last_fraction=round(s.last / s.collectives, 3),
+                confidence=round(s.confidence, 6),
+            )
             for s in sorted(candidate.sites, key=lambda s: -s.lost_ns)
         ],
-    }
+        text=summary,
+    )
     return Finding(
         kind="straggler",
         group=main.group,
         collective_seq_id=None,
         op=main.op,
         culprit_ranks=[rank],
-        summary=summary,
-        evidence=evidence,
-        frames={"culprit": {str(rank): (rank, main.example_record)}},
+        facts=evidence,
+        stacks=Stacks(culprit={rank: EntryRef(rank, main.example_record)}),
     )
 
 

@@ -13,11 +13,23 @@ what it is blocked on. From the heads:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 
-from fr_otel.analysis.findings import Finding, FrameRef, GroupRef
+from fr_otel.analysis import findings as base
+from fr_otel.analysis.findings import (
+    BlockedIn,
+    EntryRef,
+    Finding,
+    GroupRef,
+    Stacks,
+    blocked_behind,
+    entry_json,
+    ranks_words,
+)
 
 SlotKey = tuple[int, "int | None", bool]
 """(group id, collective seq (the rank itself for p2p), is p2p): where a rank is blocked."""
@@ -44,8 +56,8 @@ class Head:
     """gloo shows it retired, as it does a failed collective: unfinished by inference."""
 
     @property
-    def ref(self) -> FrameRef:
-        return (self.rank, self.record_id)
+    def ref(self) -> EntryRef:
+        return EntryRef(self.rank, self.record_id)
 
     @property
     def slot(self) -> tuple[int, int | None, bool]:
@@ -57,6 +69,116 @@ class Head:
         if self.created_ns is None or self.dump_time_ns is None or not self.timeout_ms:
             return True
         return self.dump_time_ns - self.created_ns >= self.timeout_ms * 1_000_000
+
+
+@dataclass(kw_only=True)
+class StuckEvidence(base.Evidence):
+    """A collective every member issued alike and none completed."""
+
+    started_ranks: list[int]
+    unstarted_ranks: list[int]
+    timing_known: bool
+    why: str
+    """Who is to blame, in words (not part of the JSON)."""
+
+    JSON_FIELDS = ("started_ranks", "unstarted_ranks", "timing_known")
+
+    def headline(self, finding: Finding) -> str:
+        return f"{finding.op} {finding.place()} never completed: {self.why}"
+
+
+@dataclass(kw_only=True)
+class SilentEvidence(base.Evidence):
+    """Members with a dump wait on members without one (or, with no ``where``, ranks left
+    no dump and the dumps present show nothing wrong)."""
+
+    silent_ranks: list[int]
+    present_ranks: list[int]
+    by_silence: bool
+    started_ranks: list[int] | None = None
+    timing_known: bool | None = None
+    retired_in_dumps: bool | None = None
+    """gloo's dumps show a failed collective retired, like a completed one."""
+    where: str | None = None
+
+    JSON_FIELDS = ("silent_ranks", "present_ranks", "by_silence")
+    WAIT_FIELDS = ("started_ranks", "timing_known", "retired_in_dumps", "where")
+    """Shown only where members with a dump wait (``where``)."""
+
+    def own(self, entries: base.Entries) -> dict[str, Any]:
+        shown = self.JSON_FIELDS + (self.WAIT_FIELDS if self.where is not None else ())
+        return {name: getattr(self, name) for name in shown}
+
+    def sentence(self, finding: Finding) -> str:
+        return silent_summary(finding, self)
+
+
+@dataclass(kw_only=True)
+class DeadlockEvidence(base.Evidence):
+    """Ranks waiting on each other across groups, each having issued what the others wait
+    for, only later in its stream."""
+
+    blocked: dict[str, list[int]]
+    """'<group> #<seq>' -> the ranks blocked there."""
+    culprit_entries: dict[int, EntryRef]
+    minority: list[int]
+    """The ranks that issued them in the unusual order, when one order has a majority."""
+
+    def own(self, entries: base.Entries) -> dict[str, Any]:
+        return {
+            "blocked": self.blocked,
+            "culprit_entries": {
+                str(rank): entry_json(ref, entries) for rank, ref in self.culprit_entries.items()
+            },
+        }
+
+    def own_refs(self) -> Iterator[EntryRef]:
+        yield from self.culprit_entries.values()
+
+    def headline(self, finding: Finding) -> str:
+        description = "; ".join(
+            f"ranks {ranks} blocked in {where}" for where, ranks in self.blocked.items()
+        )
+        blame = (
+            f" {ranks_words(self.minority)} issued them in the opposite order to their peers"
+            if self.minority
+            else " no order has a majority"
+        )
+        groups = len(self.blocked)
+        return f"ranks wait on each other across {groups} groups ({description});" + blame
+
+
+@dataclass(kw_only=True)
+class P2PEvidence(base.Evidence):
+    """A pending send or recv whose peer never posted the other half."""
+
+    waiting_rank: int
+    peer: int
+    p2p_seq_id: int | None
+    culprits: dict[int, BlockedIn] = field(default_factory=dict)
+    """Where the peer is blocked instead (added once the heads are known)."""
+
+    JSON_FIELDS = ("waiting_rank", "peer", "p2p_seq_id")
+
+    def add_late(self, out: dict[str, Any], entries: base.Entries) -> None:
+        if self.culprits:
+            out["culprits"] = {str(r): c.to_dict(entries) for r, c in self.culprits.items()}
+
+    def blocked(self, rank: int, where: str) -> None:
+        self.culprits[rank] = BlockedIn(where)
+
+    def merge_culprits(self, other: base.Evidence) -> None:
+        # the JSON shows culprits only where a rank is known to be blocked elsewhere
+        if self.culprits and isinstance(other, P2PEvidence):
+            for rank, culprit in other.culprits.items():
+                self.culprits.setdefault(rank, culprit)
+
+    def sentence(self, finding: Finding) -> str:
+        return p2p_summary(finding, self)
+
+    @property
+    def left_waiting(self) -> tuple[int, int | None] | None:
+        return (self.waiting_rank, self.p2p_seq_id)
 
 
 def load_heads(connection: duckdb.DuckDBPyConnection) -> dict[int, Head]:
@@ -199,6 +321,14 @@ def held_by(heads: dict[int, Head], gid: int, seq: int | None) -> frozenset[int]
     )
 
 
+def _issued_alike(connection: duckdb.DuckDBPyConnection, gid: int, seq: int | None) -> bool:
+    """Whether every member issued collective ``seq`` of group ``gid``, all alike."""
+    row = connection.execute(
+        "SELECT absent, signatures FROM slot_summary WHERE gid = ? AND seq = ?", [gid, seq]
+    ).fetchone()
+    return row is not None and not row[0] and row[1] == 1
+
+
 def stuck_in_flight(
     connection: duckdb.DuckDBPyConnection,
     heads: dict[int, Head],
@@ -216,10 +346,7 @@ def stuck_in_flight(
         members = [m for m in (group.ranks or ()) if m in dumped]
         if {h.rank for h in waiting} != set(members) or not all(h.overdue() for h in waiting):
             continue
-        summary_row = connection.execute(
-            "SELECT absent, signatures FROM slot_summary WHERE gid = ? AND seq = ?", [gid, seq]
-        ).fetchone()
-        if summary_row is None or summary_row[0] or summary_row[1] != 1:
+        if not _issued_alike(connection, gid, seq):
             continue  # not issued alike by everyone: the divergence findings cover it
         unstarted = sorted(h.rank for h in waiting if not h.started)
         started = sorted(h.rank for h in waiting if h.started)
@@ -250,26 +377,22 @@ def stuck_in_flight(
                 collective_seq_id=seq,
                 op=example.op,
                 culprit_ranks=culprits,
-                summary=f"{example.op} {group.label()} collective #{seq} never completed: {reason}",
-                evidence={
-                    "started_ranks": started,
-                    "unstarted_ranks": unstarted,
-                    "timing_known": timing_known,
-                    "entry": example.ref,
-                },
-                frames={
-                    "majority": example.ref,
-                    "majority_rank": example.rank,
-                    "culprit": {str(h.rank): h.ref for h in waiting if h.rank in culprits},
-                },
+                facts=StuckEvidence(
+                    started_ranks=started,
+                    unstarted_ranks=unstarted,
+                    timing_known=timing_known,
+                    entry=example.ref,
+                    why=reason,
+                ),
+                stacks=Stacks(
+                    majority=example.ref,
+                    majority_rank=example.rank,
+                    culprit={h.rank: h.ref for h in waiting if h.rank in culprits},
+                ),
                 time_ns=min((h.created_ns for h in waiting if h.created_ns), default=None),
             )
         )
     return findings
-
-
-def _ranks_words(ranks: list[int]) -> str:
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
 def _silent_finding(
@@ -289,40 +412,33 @@ def _silent_finding(
         else f"{example.op} {'to' if example.op == 'send' else 'from'} rank {example.peer}"
         f" ({group.label()})"
     )
-    retired = any(h.retired for h in waiting)
-    finding = Finding(
+    return Finding(
         kind="silent_rank",
         group=group,
         collective_seq_id=None if example.p2p else seq,
         op=example.op,
         culprit_ranks=list(silent),
-        summary="",
-        evidence={
-            "silent_ranks": list(silent),
-            "present_ranks": present,
-            "by_silence": True,
-            "started_ranks": sorted(h.rank for h in waiting if h.started),
-            "timing_known": timing_known,
-            # gloo's dumps show a failed collective retired, like a completed one
-            "retired_in_dumps": retired,
-            "entry": example.ref,
-        },
-        frames={"majority": example.ref, "majority_rank": example.rank, "culprit": {}},
+        facts=SilentEvidence(
+            silent_ranks=list(silent),
+            present_ranks=present,
+            by_silence=True,
+            started_ranks=sorted(h.rank for h in waiting if h.started),
+            timing_known=timing_known,
+            retired_in_dumps=any(h.retired for h in waiting),
+            where=where,
+            entry=example.ref,
+        ),
+        stacks=Stacks(majority=example.ref, majority_rank=example.rank, culprit={}),
         time_ns=min((h.created_ns for h in waiting if h.created_ns), default=None),
         held_ranks=frozenset(present),
         absent_ranks=frozenset(silent),
     )
-    finding.evidence["where"] = where
-    finding.summary = silent_summary(finding)
-    return finding
 
 
-def silent_summary(finding: Finding) -> str:
+def silent_summary(finding: Finding, facts: SilentEvidence) -> str:
     """The sentence of a ``silent_rank`` finding, as a suspect or as a consequence."""
-    silent = list(finding.evidence["silent_ranks"])
-    present = list(finding.evidence["present_ranks"])
-    where = finding.evidence.get("where")
-    who = _ranks_words(silent)
+    silent, present, where = facts.silent_ranks, facts.present_ranks, facts.where
+    who = ranks_words(silent)
     if where is None:
         return (
             f"{who} left no dump (or one without entries) and the dumps present show no"
@@ -331,24 +447,20 @@ def silent_summary(finding: Finding) -> str:
         )
     waits = (
         f"{'every member with a dump' if len(present) > 1 else 'the only member with a dump'}"
-        f" ({_ranks_words(present)}) waits in {where}, which only {who} could complete"
+        f" ({ranks_words(present)}) waits in {where}, which only {who} could complete"
     )
-    if finding.evidence.get("retired_in_dumps"):
+    if facts.retired_in_dumps:
         waits += " (gloo shows it retired, as it does a collective that failed)"
-    if finding.evidence.get("candidate_ranks"):
-        suspects = ", ".join(map(str, finding.evidence["candidate_ranks"]))
-        return f"{waits}; suspects: ranks {suspects}: {finding.evidence['reason']}"
-    if (
-        finding.evidence.get("timing_known")
-        and present
-        and finding.evidence.get("started_ranks") == present
-    ):
+    if facts.candidate_ranks:
+        suspects = ", ".join(map(str, facts.candidate_ranks))
+        return f"{waits}; suspects: ranks {suspects}: {facts.reason}"
+    if facts.timing_known and present and facts.started_ranks == present:
         waits += " (every member with a dump started it: the network is a suspect too)"
     if finding.culprit_ranks:
         verb = "are the suspects" if len(silent) > 1 else "is the suspect"
         their = "their" if len(silent) > 1 else "its"
         return f"{waits}; {who} left no dump and {verb}: the evidence is {their} silence"
-    if finding.evidence.get("same_silence"):
+    if facts.same_silence:
         return f"{waits}; the same silence as [{finding.consequence_of}]"
     return f"{waits}; {who} left no dump, and presumably waits behind [{finding.consequence_of}]"
 
@@ -356,18 +468,15 @@ def silent_summary(finding: Finding) -> str:
 def unexplained_silence(silent: list[int], group: GroupRef) -> Finding:
     """An incident with ranks that left no dump, where the dumps present show nothing
     wrong: not healthy, only unknown."""
-    finding = Finding(
+    return Finding(
         kind="silent_rank",
         group=group,
         collective_seq_id=None,
         op=None,
         culprit_ranks=[],
-        summary="",
-        evidence={"silent_ranks": list(silent), "present_ranks": [], "by_silence": False},
+        facts=SilentEvidence(silent_ranks=list(silent), present_ranks=[], by_silence=False),
         absent_ranks=frozenset(silent),
     )
-    finding.summary = silent_summary(finding)
-    return finding
 
 
 def silent_ranks(
@@ -493,15 +602,7 @@ def cross_pg_deadlocks(
         # An ordering deadlock: everyone waited on has issued that collective alike, only
         # behind something else in its stream. (A rank that skipped or changed it is a
         # divergence finding instead.)
-        issued_alike = True
-        for gid, seq, _ in slots:
-            row = connection.execute(
-                "SELECT absent, signatures FROM slot_summary WHERE gid = ? AND seq = ?",
-                [gid, seq],
-            ).fetchone()
-            if row is None or row[0] or row[1] != 1:
-                issued_alike = False
-        if not issued_alike:
+        if not all(_issued_alike(connection, gid, seq) for gid, seq, _ in slots):
             continue
         component = sorted(r for r, h in heads.items() if h.slot in slots)
         culprits = _order_minority(connection, slots, component)
@@ -511,15 +612,6 @@ def cross_pg_deadlocks(
         }
         first = min(component, key=lambda r: (heads[r].created_ns or 0, r))
         example = heads[culprits[0]] if culprits else heads[first]
-        description = "; ".join(
-            f"ranks {ranks} blocked in {where}" for where, ranks in blocked.items()
-        )
-        blame = (
-            f" rank{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))} issued"
-            " them in the opposite order to their peers"
-            if culprits
-            else " no order has a majority"
-        )
         findings.append(
             Finding(
                 kind="cross_pg_deadlock",
@@ -527,19 +619,17 @@ def cross_pg_deadlocks(
                 collective_seq_id=example.seq,
                 op=example.op,
                 culprit_ranks=culprits,
-                summary=(
-                    f"ranks wait on each other across {len(blocked)} groups ({description});"
-                    + blame
+                facts=DeadlockEvidence(
+                    blocked=blocked,
+                    culprit_entries={r: heads[r].ref for r in culprits},
+                    minority=list(culprits),
                 ),
-                evidence={
-                    "blocked": blocked,
-                    "culprit_entries": {str(r): {"entry": heads[r].ref} for r in culprits},
-                },
-                frames={
-                    "culprit": {str(r): heads[r].ref for r in culprits},
-                    "majority": heads[first].ref,
-                    "majority_rank": first,
-                },
+                stacks=Stacks(
+                    culprit={r: heads[r].ref for r in culprits},
+                    majority=heads[first].ref,
+                    majority_rank=first,
+                    culprit_first=True,
+                ),
                 time_ns=min(
                     (t for r in component if (t := heads[r].created_ns) is not None), default=None
                 ),
@@ -568,52 +658,36 @@ def p2p_unmatched(
             collective_seq_id=None,
             op=op,
             culprit_ranks=[peer],
-            summary="",
-            evidence={
-                "waiting_rank": rank,
-                "peer": peer,
-                "p2p_seq_id": p2p_seq,
-                "entry": (rank, record_id),
-            },
-            frames={"majority": (rank, record_id), "majority_rank": rank, "culprit": {}},
+            facts=P2PEvidence(
+                waiting_rank=rank, peer=peer, p2p_seq_id=p2p_seq, entry=EntryRef(rank, record_id)
+            ),
+            stacks=Stacks(majority=EntryRef(rank, record_id), majority_rank=rank, culprit={}),
             time_ns=created,
             absent_ranks=frozenset({peer}),
             held_ranks=frozenset({rank}),
         )
-    out = list(findings.values())
-    for finding in out:
-        finding.summary = p2p_summary(finding)
-    return out
+    return list(findings.values())
 
 
-def p2p_summary(finding: Finding) -> str:
+def p2p_summary(finding: Finding, facts: P2PEvidence) -> str:
     """The sentence of a ``p2p_unmatched`` finding (one pair, or its replicas)."""
     op = finding.op or "send"
     other = "recv" if op == "send" else "send"
     to = "to" if op == "send" else "from"
-    replicas = finding.evidence.get("replicas")
+    replicas = facts.replicas
     if replicas:
-        waiting = sorted(
-            int(r["waiting_rank"]) for r in replicas if r.get("waiting_rank") is not None
-        )
-        peers = sorted(r for entry in replicas for r in entry["ranks"])
+        waiting = sorted(r.waiting_rank for r in replicas if r.waiting_rank is not None)
+        peers = sorted(r for entry in replicas for r in entry.ranks)
         sentence = (
-            f"{_ranks_words(waiting)}' {op}s {to} {_ranks_words(peers)}"
+            f"{ranks_words(waiting)}' {op}s {to} {ranks_words(peers)}"
             f" ({len(replicas)} {finding.group.desc} groups) have no matching {other}:"
-            f" {_ranks_words(peers)} never posted {'them' if len(peers) > 1 else 'it'}"
+            f" {ranks_words(peers)} never posted {'them' if len(peers) > 1 else 'it'}"
         )
     else:
-        rank, peer = finding.evidence.get("waiting_rank"), finding.evidence.get("peer")
-        peers = [int(peer)] if peer is not None else sorted(finding.absent_ranks)
+        peers = [facts.peer]
         sentence = (
-            f"rank {rank}'s {op} {to} {_ranks_words(peers)} ({finding.group.label()}) has no"
-            f" matching {other}: {_ranks_words(peers)} never posted it"
+            f"rank {facts.waiting_rank}'s {op} {to} {ranks_words(peers)}"
+            f" ({finding.group.label()}) has no matching {other}: {ranks_words(peers)}"
+            " never posted it"
         )
-    waiting_peers = sorted(finding.waiting_ranks)
-    if waiting_peers and finding.consequence_of is not None:
-        if set(waiting_peers) == set(peers):
-            blocked = "they are" if len(peers) > 1 else "it is"
-        else:
-            blocked = f"{_ranks_words(waiting_peers)} {'are' if len(waiting_peers) > 1 else 'is'}"
-        sentence += f": {blocked} blocked behind [{finding.consequence_of}], not at fault"
-    return sentence
+    return sentence + blocked_behind(sorted(finding.waiting_ranks), peers, finding.consequence_of)

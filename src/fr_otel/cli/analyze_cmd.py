@@ -6,8 +6,9 @@ import contextlib
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 
@@ -30,21 +31,17 @@ def _frame_line(frame: dict[str, Any]) -> str:
 
 def _stacks(finding: Finding, out: TextIO, indent: str = "") -> None:
     head, line = indent + "      ", indent + "        "
-    culprit_frames = finding.frames.get("culprit") or {}
-    for rank, frames in sorted(culprit_frames.items(), key=lambda kv: int(kv[0]))[:2]:
+    shown = [
+        (f"rank {rank} (innermost first)", frames) for rank, frames in finding.culprit_stacks()[:2]
+    ]
+    shown.append(
+        (f"rank {finding.stacks.majority_rank} (majority)", finding.stack(finding.stacks.majority))
+    )
+    shown += [(f"ranks {ranks}", frames) for ranks, frames in finding.side_stacks()]
+    for who, frames in shown:
         if frames:
-            out.write(f"{head}stack of rank {rank} (innermost first):\n")
+            out.write(f"{head}stack of {who}:\n")
             for frame in frames[:8]:
-                out.write(f"{line}{_frame_line(frame)}\n")
-    majority = finding.frames.get("majority")
-    if majority:
-        out.write(f"{head}stack of rank {finding.frames.get('majority_rank')} (majority):\n")
-        for frame in majority[:8]:
-            out.write(f"{line}{_frame_line(frame)}\n")
-    for side in finding.frames.get("sides", []):
-        if side.get("frames"):
-            out.write(f"{head}stack of ranks {side['ranks']}:\n")
-            for frame in side["frames"][:8]:
                 out.write(f"{line}{_frame_line(frame)}\n")
 
 
@@ -108,6 +105,16 @@ def render_json(analysis: Analysis, out: TextIO) -> None:
     out.write("\n")
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _count_option(flag: str, default: int, help: str) -> Callable[[_F], _F]:
+    """An option taking a count of at least one."""
+    return click.option(
+        flag, type=click.IntRange(min=1), default=default, show_default=True, help=help
+    )
+
+
 @click.command("analyze")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--job", default=None, help="Job to analyse (default: the only one; else say which).")
@@ -128,19 +135,15 @@ def render_json(analysis: Analysis, out: TextIO) -> None:
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here.")
 @click.option("--stacks", is_flag=True, help="Text: show the stacks of every finding.")
-@click.option(
+@_count_option(
     "--columns",
-    type=click.IntRange(min=1),
-    default=DEFAULT_COLUMNS,
-    show_default=True,
-    help="HTML: schedule positions in the grid (the last ones, keeping the divergence).",
+    DEFAULT_COLUMNS,
+    "HTML: schedule positions in the grid (the last ones, keeping the divergence).",
 )
-@click.option(
+@_count_option(
     "--max-ranks",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_RANKS,
-    show_default=True,
-    help="HTML: ranks in the grid; past it, those the findings name and an even sample.",
+    DEFAULT_MAX_RANKS,
+    "HTML: ranks in the grid; past it, those the findings name and an even sample.",
 )
 @click.option(
     "--trace-url",

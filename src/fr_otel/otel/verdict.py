@@ -19,6 +19,7 @@ from fr_otel.otel.encode import key_value
 
 def _trace_key(job: str, finding: Finding, run_id: str | None) -> bytes:
     group = finding.group
+    left = finding.facts.left_waiting
     if finding.kind == "p2p_unmatched":
         # the waiting rank's send or recv: its own trace
         return model.trace_key(
@@ -27,8 +28,8 @@ def _trace_key(job: str, finding: Finding, run_id: str | None) -> bytes:
             pg_ranks=group.ranks,
             collective_seq_id=None,
             is_p2p=True,
-            rank=int(finding.evidence.get("waiting_rank", -1)),
-            p2p_seq_id=finding.evidence.get("p2p_seq_id"),
+            rank=left[0] if left is not None else -1,
+            p2p_seq_id=left[1] if left is not None else None,
             run_id=run_id,
         )
     return model.trace_key(

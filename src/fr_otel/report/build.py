@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fr_otel.analysis import Analysis, analyze_connection, open_source
+from fr_otel.analysis import Analysis, open_session
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
 from fr_otel.report.grid import Grid, build_grid
 from fr_otel.report.lateness import LatenessStrip, lateness_strip, wants_strip
@@ -30,20 +30,10 @@ def build_report(
     span_ids: bool = False,
 ) -> IncidentReport:
     """Analyse ``path`` (an archive or dumps, as ``analyze`` takes) and lay out its grid."""
-    with open_source(path, job=job, incident=incident) as source:
-        analysis = analyze_connection(source.connection, source.incident, source.manifest)
-        analysis.input_problems = [
-            {"path": p.path, "problem": p.problem, "detail": p.detail}
-            for p in source.import_problems
-        ]
+    with open_session(path, job=job, incident=incident) as session:
         grid = build_grid(
-            source.connection,
-            source.incident,
-            analysis,
-            columns=columns,
-            max_ranks=max_ranks,
-            trace_ids=trace_ids,
-            span_ids=span_ids,
+            session, columns=columns, max_ranks=max_ranks, trace_ids=trace_ids, span_ids=span_ids
         )
-        strip = lateness_strip(source.connection, analysis) if wants_strip(analysis) else None
+        analysis = session.analysis
+        strip = lateness_strip(session) if wants_strip(analysis) else None
     return IncidentReport(analysis=analysis, grid=grid, lateness=strip)

@@ -8,8 +8,8 @@ collective has its later entries one column to the left of its peers', which is 
 makes a desync visible as a broken column. Point-to-point entries carry the collective
 sequence number current when they were issued; they get columns of their own after it.
 
-Built on the analyzer's temporary tables (``e``, ``groups``, ``dumped``), so it must run
-in the connection ``analyze_connection`` used, after it.
+Built on the relations of the analysis session (``entries``, ``groups``,
+``dumped_ranks``: ``analysis.session``), in the session's connection.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 
 from fr_otel.analysis.findings import Analysis, Finding
+from fr_otel.analysis.session import Session
 from fr_otel.analysis.source import Incident
 from fr_otel.otel import model
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
@@ -32,13 +33,13 @@ STATES = ("completed", "started", "scheduled")
 
 _CELLS_SQL = """
 CREATE OR REPLACE TEMP TABLE grid_cells AS
-SELECT e.rank, e.record_id, e.gid, coalesce(g.pg_desc, g.pg_name) AS group_desc, e.p2p,
-       coalesce(e.seq, -1) AS seq,
-       (row_number() OVER (PARTITION BY e.rank, e.gid, e.p2p, e.seq ORDER BY e.record_id)
-        - 1)::INTEGER AS sub,
+SELECT e.rank, e.record_id, e.group_id AS gid, coalesce(g.description, g.name) AS group_desc,
+       e.is_p2p AS p2p, coalesce(e.collective_seq, -1) AS seq,
+       (row_number() OVER (PARTITION BY e.rank, e.group_id, e.is_p2p, e.collective_seq
+                           ORDER BY e.record_id) - 1)::INTEGER AS sub,
        e.time_created_ns,
        CASE WHEN e.done THEN 0 WHEN e.started THEN 1 ELSE 2 END AS state
-FROM e JOIN groups g USING (gid)
+FROM {entries} e JOIN {groups} g USING (group_id)
 """
 
 _COLUMNS_SQL = """
@@ -199,9 +200,10 @@ def _sample_ranks(ranks: list[int], analysis: Analysis, limit: int) -> tuple[lis
     for finding in analysis.findings:
         named.update(finding.culprit_ranks)
         waiting.update(finding.waiting_ranks)
-        for value in (finding.evidence.get("waiting_rank"), finding.frames.get("majority_rank")):
-            if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-                named.add(int(value))
+        left = finding.facts.left_waiting
+        for value in (left[0] if left else None, finding.stacks.majority_rank):
+            if value is not None:
+                named.add(value)
     keep = sorted(named & present)[:limit]
     extra = sorted((waiting & present) - set(keep))
     keep += extra[: (limit - len(keep)) // 2]
@@ -230,29 +232,29 @@ def _focus(analysis: Analysis) -> Finding | None:
 
 
 def build_grid(
-    connection: duckdb.DuckDBPyConnection,
-    incident: Incident,
-    analysis: Analysis,
+    session: Session,
     *,
     columns: int = DEFAULT_COLUMNS,
     max_ranks: int = DEFAULT_MAX_RANKS,
     trace_ids: bool = False,
     span_ids: bool = False,
 ) -> Grid:
-    """The grid of ``incident`` (already analysed in ``connection``).
+    """The grid of the session's incident, with its analysis.
 
     ``trace_ids``/``span_ids``: also give each cell the OTLP ids ``fr-otel export`` and the
     recorder use for its entry, for links to a trace viewer.
     """
     if columns < 1 or max_ranks < 1:
         raise ValueError("columns and max_ranks must be at least 1")
-    connection.execute(_CELLS_SQL)
+    analysis, incident, connection = session.analysis, session.incident, session.connection
+    groups_view, dumped = session.view("groups"), session.view("dumped_ranks")
+    connection.execute(_CELLS_SQL.format(entries=session.view("entries"), groups=groups_view))
     ordered = _ordered_columns(connection.execute(_COLUMNS_SQL).fetchall())
     every_rank = [
         rank
         for (rank,) in connection.execute(
-            "SELECT DISTINCT rank FROM (SELECT unnest(members) AS rank FROM groups"
-            " UNION SELECT rank FROM dumped) ORDER BY rank"
+            f"SELECT DISTINCT rank FROM (SELECT unnest(members) AS rank FROM {groups_view}"
+            f" UNION SELECT rank FROM {dumped}) ORDER BY rank"
         ).fetchall()
     ]
     shown_ranks, rank_step = _sample_ranks(every_rank, analysis, max_ranks)
@@ -294,8 +296,8 @@ def build_grid(
             "with_ranks": trace_ids or span_ids,
         },
     )
-    groups, group_index = _groups(connection)
-    rows, row_index = _rows(connection, group_index)
+    groups, group_index = _groups(connection, groups_view)
+    rows, row_index = _rows(connection, group_index, groups_view, dumped)
     cells = _cells(connection, row_index)
     if trace_ids or span_ids:
         traces = _add_otlp_ids(
@@ -336,10 +338,12 @@ def build_grid(
     )
 
 
-def _groups(connection: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]], dict[int, int]]:
+def _groups(
+    connection: duckdb.DuckDBPyConnection, groups_view: str
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
     found = connection.execute(
-        "SELECT gid, pg_name, coalesce(pg_desc, pg_name), len(members), members FROM groups"
-        " ORDER BY coalesce(pg_desc, pg_name), len(members) DESC, pg_name"
+        "SELECT group_id, name, coalesce(description, name), len(members), members"
+        f" FROM {groups_view} ORDER BY coalesce(description, name), len(members) DESC, name"
     ).fetchall()
     groups: list[dict[str, Any]] = []
     index: dict[int, int] = {}
@@ -358,16 +362,20 @@ def _groups(connection: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]]
 
 
 def _rows(
-    connection: duckdb.DuckDBPyConnection, group_index: dict[int, int]
+    connection: duckdb.DuckDBPyConnection,
+    group_index: dict[int, int],
+    groups_view: str,
+    dumped: str,
 ) -> tuple[list[Row], dict[tuple[int, int], int]]:
     """Every member of every group, dumped or not, by rank then group."""
     found = connection.execute(
-        "WITH members AS (SELECT * FROM (SELECT DISTINCT unnest(members) AS rank, gid"
-        "                 FROM groups) WHERE rank IN (SELECT rank FROM grid_ranks)),"
+        "WITH members AS (SELECT * FROM (SELECT DISTINCT unnest(members) AS rank,"
+        f"                 group_id AS gid FROM {groups_view})"
+        "                 WHERE rank IN (SELECT rank FROM grid_ranks)),"
         " spans AS (SELECT rank, gid, min(seq) AS first_seq, max(seq) AS last_seq"
         "           FROM grid_cells WHERE NOT p2p GROUP BY ALL),"
         " present AS (SELECT DISTINCT rank, gid FROM grid_cells)"
-        " SELECT m.rank, m.gid, m.rank IN (SELECT rank FROM dumped), s.first_seq, s.last_seq"
+        f" SELECT m.rank, m.gid, m.rank IN (SELECT rank FROM {dumped}), s.first_seq, s.last_seq"
         " FROM (SELECT * FROM members UNION SELECT * FROM present) m"
         " LEFT JOIN spans s USING (rank, gid)"
     ).fetchall()
@@ -455,13 +463,7 @@ def _add_otlp_ids(
 def _finding_groups(finding: Finding) -> list[str]:
     """The names of the groups a finding is about: its own, then its replicas' (one
     finding for the same fault in replicas of one group, ``evidence.replicas``)."""
-    names = [finding.group.name]
-    for replica in finding.evidence.get("replicas") or []:
-        group = replica.get("process_group") if isinstance(replica, dict) else None
-        name = group.get("name") if isinstance(group, dict) else None
-        if isinstance(name, str) and name not in names:
-            names.append(name)
-    return names
+    return list(dict.fromkeys(group.name for group in finding.replica_groups()))
 
 
 def _locate_findings(
@@ -489,18 +491,17 @@ def _locate_findings(
         waiting_rows = rows_of(sorted(set(finding.waiting_ranks) - set(finding.culprit_ranks)))
         marks = [[row, col] for row in culprit_rows] if col is not None else []
         waiting_marks = [[row, col] for row in waiting_rows] if col is not None else []
-        waiting = finding.evidence.get("waiting_rank")
-        p2p_seq = finding.evidence.get("p2p_seq_id")
+        waiting, p2p_seq = finding.facts.left_waiting or (None, None)
         if finding.kind == "p2p_unmatched" and waiting is not None and p2p_seq is not None:
             # the send or recv left waiting: its own column, on the waiting rank's row
             found = connection.execute(
                 "SELECT col FROM grid_entries WHERE rank = ? AND pg_name = ? AND p2p_seq_id = ?"
                 " AND is_p2p ORDER BY record_id DESC LIMIT 1",
-                [int(waiting), name, int(p2p_seq)],
+                [waiting, name, p2p_seq],
             ).fetchone()
-            if found is not None and (int(waiting), name) in row_of:
+            if found is not None and (waiting, name) in row_of:
                 col = int(found[0])
-                marks.append([row_of[(int(waiting), name)], col])
+                marks.append([row_of[(waiting, name)], col])
         located.append(
             {
                 "col": col,

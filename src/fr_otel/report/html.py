@@ -16,6 +16,7 @@ from typing import Any
 
 from fr_otel import __version__
 from fr_otel.analysis import Analysis, Finding
+from fr_otel.analysis.stragglers import StragglerEvidence
 from fr_otel.report.build import IncidentReport
 from fr_otel.report.grid import STATES, Grid
 from fr_otel.report.lateness import LatenessStrip
@@ -138,18 +139,23 @@ def _slow_verdict(analysis: Analysis, header: str, notes_html: str) -> str:
     """Only performance findings: the job is slow, not stuck; nothing is a root cause."""
     first = analysis.findings[0]
     ranks = sorted({r for f in analysis.findings for r in f.culprit_ranks})
-    evidence = first.evidence
     facts = [
         ("Stragglers", f'<span class="culprits">{_e(_ranks_text(ranks))}</span>'),
         ("Process group", _e(_group_text(first))),
-        (
-            "Lateness",
-            f"median {_e(evidence.get('lateness_ms', {}).get('median'))} ms, p90"
-            f" {_e(evidence.get('lateness_ms', {}).get('p90'))} ms; about"
-            f" {_e(evidence.get('time_lost_ms_per_step'))} ms lost per step",
-        ),
     ]
-    site = (evidence.get("example") or {}).get("call_site")
+    site = None
+    evidence = first.facts
+    if isinstance(evidence, StragglerEvidence):
+        facts.append(
+            (
+                "Lateness",
+                f"median {_e(evidence.lateness_ms.get('median'))} ms, p90"
+                f" {_e(evidence.lateness_ms.get('p90'))} ms; about"
+                f" {_e(evidence.time_lost_ms_per_step)} ms lost per step",
+            )
+        )
+        example = first.entry_info(evidence.example)
+        site = example.call_site if example is not None else None
     if site:
         facts.append(("Code", f"<code>{_e(site)}</code>"))
     scope = f"{header}; {len(analysis.findings)} finding(s), no hang."

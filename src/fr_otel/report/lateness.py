@@ -1,13 +1,11 @@
 """The report's lateness strip: for a few ranks, how late each arrived at its collectives
-over the incident's window, from the analyzer's ``arrival`` table."""
+over the incident's window, from the analysis session's ``arrival`` relation."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import duckdb
-
-from fr_otel.analysis import Analysis
+from fr_otel.analysis import Analysis, Session
 
 STRIP_RANKS = 16
 """Ranks the strip shows: the stragglers, then the latest of the others, then the
@@ -39,16 +37,13 @@ def wants_strip(analysis: Analysis) -> bool:
 
 
 def lateness_strip(
-    connection: duckdb.DuckDBPyConnection,
-    analysis: Analysis,
-    *,
-    limit: int = STRIP_RANKS,
-    buckets: int = STRIP_BUCKETS,
+    session: Session, *, limit: int = STRIP_RANKS, buckets: int = STRIP_BUCKETS
 ) -> LatenessStrip | None:
-    """The strip's rows from the ``arrival`` table the analysis left in ``connection``."""
+    """The strip's rows from the session's ``arrival`` relation."""
+    analysis, connection, arrival = session.analysis, session.connection, session.view("arrival")
     stragglers = {r for f in analysis.findings if f.kind == "straggler" for r in f.culprit_ranks}
     per_rank = connection.execute(
-        "SELECT rank, median(lateness_ns), quantile_cont(lateness_ns, 0.9) FROM arrival"
+        f"SELECT rank, median(lateness_ns), quantile_cont(lateness_ns, 0.9) FROM {arrival}"
         " GROUP BY rank ORDER BY 2 DESC, rank"
     ).fetchall()
     if not per_rank:
@@ -67,7 +62,7 @@ def lateness_strip(
         "SELECT rank, bucket, avg(lateness_ns) FROM ("
         f"  SELECT rank, lateness_ns, ntile({int(buckets)}) OVER"
         "     (PARTITION BY rank ORDER BY arrival_ns) AS bucket"
-        f"  FROM arrival WHERE rank IN ({listed})"
+        f"  FROM {arrival} WHERE rank IN ({listed})"
         ") GROUP BY rank, bucket ORDER BY rank, bucket"
     ).fetchall():
         series[rank].append(round(value / 1e6, 3))

@@ -15,15 +15,14 @@ MAX_CULPRIT_SITES = 3
 def code_locations(finding: Finding) -> list[tuple[str, str]]:
     """``[("rank 8", "train.py:141 in step"), ("its peers", "train.py:139 in step")]``:
     the culprits' call sites (the first few), then the majority's."""
-    culprit_frames = finding.frames.get("culprit") or {}
     found = []
-    for rank, frames in sorted(culprit_frames.items(), key=lambda kv: int(kv[0])):
+    for rank, frames in finding.culprit_stacks():
         site = call_site(frames)
         if site:
             found.append((f"rank {rank}", site))
         if len(found) == MAX_CULPRIT_SITES:
             break
-    majority_site = call_site(finding.frames.get("majority"))
+    majority_site = call_site(finding.stack(finding.stacks.majority))
     if majority_site:
         found.append(("its peers" if found else "", majority_site))
     return found
