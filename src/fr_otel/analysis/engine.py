@@ -7,7 +7,7 @@ import duckdb
 from fr_otel.analysis import divergence, members, rootcause, rules, snapshots, stragglers, waits
 from fr_otel.analysis.divergence import SlotEvidence
 from fr_otel.analysis.findings import Analysis, Finding, GroupRef, resolve_entries
-from fr_otel.analysis.source import Incident
+from fr_otel.analysis.source import Incident, rows_of_ranks
 from fr_otel.analysis.sqlfiles import CONSTANTS, run_file, sql_files
 from fr_otel.analysis.waits import P2PEvidence, SilentEvidence
 from fr_otel.archive.manifest import Manifest
@@ -150,7 +150,13 @@ def analyze_connection(
     stragglers.create_arrival(connection)
     ordered.extend(stragglers.stragglers(connection, groups))
     # sizes, dtypes and stacks of the entries the findings show, read once for them all
-    ordered = resolve_entries(connection, incident.job, incident.incident, ordered)
+    ordered = resolve_entries(
+        connection,
+        incident.job,
+        incident.incident,
+        ordered,
+        lambda ranks: rows_of_ranks(connection, incident.job, incident.incident, ranks),
+    )
     return Analysis(
         job=incident.job,
         incident=incident.incident,

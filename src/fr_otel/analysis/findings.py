@@ -10,7 +10,7 @@ Rendering for people lives in the CLI and the report.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, NamedTuple
 
@@ -444,23 +444,29 @@ class Finding:
 _ENTRIES = """
 SELECT rank, record_id, frames, input_sizes, output_sizes, input_dtypes, output_dtypes,
        call_site
-FROM src
+FROM {rows}
 WHERE job = ? AND incident = ? AND rank IN ({ranks}) AND record_id IN ({records})
 """
 
 
 def resolve_entries(
-    connection: duckdb.DuckDBPyConnection, job: str, incident: str, findings: list[Finding]
+    connection: duckdb.DuckDBPyConnection,
+    job: str,
+    incident: str,
+    findings: list[Finding],
+    rows: Callable[[set[int]], str] = lambda ranks: "src",
 ) -> list[Finding]:
-    """The findings, with the entries they show read from ``src``: sizes, dtypes, call
-    site and stack. Stacks are the heaviest column; one read of only the entries that
-    findings show keeps the analysis fast."""
+    """The findings, with the entries they show read from ``src`` (or from ``rows`` of
+    the ranks they name): sizes, dtypes, call site and stack. Stacks are the heaviest
+    column; one read of only the entries that findings show keeps the analysis fast."""
     refs = {ref for finding in findings for ref in finding.refs()}
     entries: dict[EntryRef, EntryInfo] = {}
     if refs:
+        ranks = {ref.rank for ref in refs}
         # literal lists: DuckDB skips every file and row group that cannot hold them
         query = _ENTRIES.format(
-            ranks=", ".join(str(int(r)) for r in sorted({ref.rank for ref in refs})),
+            rows=rows(ranks),
+            ranks=", ".join(str(int(r)) for r in sorted(ranks)),
             records=", ".join(str(int(r)) for r in sorted({ref.record_id for ref in refs})),
         )
         for rank, record_id, frames, ins, outs, in_dtypes, out_dtypes, site in connection.execute(
