@@ -146,15 +146,21 @@ def register_archive(
     union = len({f.columns for f in checked.good}) > 1
     connection.execute(f"CREATE OR REPLACE VIEW src_files AS SELECT * FROM {_scan(files, union)}")
     connection.execute(f"CREATE OR REPLACE VIEW src AS {_canonical(connection, 'src_files')}")
+    files_table = pa.table(
+        {
+            "job": pa.array([f.job for f in checked.good], pa.string()),
+            "incident": pa.array([f.incident for f in checked.good], pa.string()),
+            "rank": pa.array([f.rank for f in checked.good], pa.int64()),
+            "path": pa.array([f.path.as_posix() for f in checked.good], pa.string()),
+        }
+    )
+    # not TEMP: like the views, seen by the connection's cursors (fr-otel sql's); from
+    # Arrow, not executemany, which inserts a row at a time (0.65 s for 1,024 files)
+    connection.register("src_rank_files_arrow", files_table)
     connection.execute(
-        # not TEMP: like the views, seen by the connection's cursors (fr-otel sql's)
-        "CREATE OR REPLACE TABLE src_rank_files"
-        " (job VARCHAR, incident VARCHAR, rank BIGINT, path VARCHAR)"
+        "CREATE OR REPLACE TABLE src_rank_files AS SELECT * FROM src_rank_files_arrow"
     )
-    connection.executemany(
-        "INSERT INTO src_rank_files VALUES (?, ?, ?, ?)",
-        [(f.job, f.incident, f.rank, f.path.as_posix()) for f in checked.good],
-    )
+    connection.unregister("src_rank_files_arrow")
     prepare(connection)  # the rules queries over src share (entry_p2p, entry_done)
     return checked
 
