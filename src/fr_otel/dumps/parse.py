@@ -272,33 +272,69 @@ def _without_zeros(array: pa.Array) -> pa.Array:
     return pc.if_else(pc.equal(array, pa.scalar(0, array.type)), pa.scalar(None, pa.int64()), array)
 
 
+def _content_key(stack: Any) -> tuple[Any, ...] | None:
+    """What a stack converts from: each frame's name, file and line, the only keys the
+    struct conversion and ``call_site`` read. A line that is not an int is keyed by its
+    type and repr (``1``, ``1.0`` and ``True`` are equal keys but give different call
+    sites). None when a frame is no dict or a value is unhashable: the stack is then
+    converted on its own."""
+    try:
+        key = tuple(
+            [
+                (
+                    frame.get("name"),
+                    frame.get("filename"),
+                    line if type(line := frame.get("line")) is int else (type(line), repr(line)),
+                )
+                for frame in stack
+            ]
+        )
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
 def _frames_and_sites(
     entries: list[dict[str, Any]], frame_list_type: pa.DataType
 ) -> tuple[pa.Array, pa.Array]:
     """Convert each distinct stack once.
 
     torch symbolises each frame once per dump and the pickle memoises it, so entries from
-    the same call site hold lists of the very same frame objects. Keying stacks by the
-    identities of their frames and converting only the distinct ones is much cheaper than
-    converting every entry's frames.
+    the same call site hold lists of the very same frame objects: stacks are first told
+    apart by the identities of their frames (one cheap key per entry). Only then, once per
+    distinct identity key, is a stack's content looked at, so that a dump written without
+    shared frames still converts each distinct stack once.
     """
-    index_of: dict[tuple[int, ...], int] = {}
+    code_of: dict[tuple[int, ...] | None, int] = {}
+    codes = [
+        code_of.setdefault(
+            None if (stack := entry.get("frames")) is None else tuple(map(id, stack)),
+            len(code_of),
+        )
+        for entry in entries
+    ]
+    # an entry per identity key: they hold the same frame objects, so any one will do
+    holder = dict(zip(codes, entries, strict=True))
+    by_content: dict[tuple[Any, ...], int] = {}
     unique: list[Any] = []
-    indices: list[int | None] = []
-    for entry in entries:
-        stack = entry.get("frames")
-        if stack is None:
-            indices.append(None)
+    position: list[int | None] = [None] * len(code_of)
+    for key, code in code_of.items():
+        if key is None:
             continue
-        key = tuple(map(id, stack))
-        position = index_of.get(key)
-        if position is None:
-            position = index_of[key] = len(unique)
+        stack = holder[code]["frames"]
+        content = _content_key(stack)
+        found = by_content.get(content) if content is not None else None
+        if found is None:
+            found = len(unique)
             unique.append(stack)
-        indices.append(position)
+            if content is not None:
+                by_content[content] = found
+        position[code] = found
     if not unique:
         return pa.nulls(len(entries), type=frame_list_type), pa.nulls(len(entries), pa.string())
-    take = pa.array(indices, type=pa.int32())
+    same = len(unique) == len(code_of) and position == list(range(len(code_of)))
+    take = pa.array(codes if same else list(map(position.__getitem__, codes)), type=pa.int32())
     sites = pa.array([call_site(stack) for stack in unique], type=pa.string())
     return pa.array(unique, type=frame_list_type).take(take), sites.take(take)
 
