@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 import click
 
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
+from fr_otel.cli._options import format_option
 from fr_otel.errors import ArchiveError
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
 from fr_otel.report.words import outline, ranks_words
@@ -124,12 +125,8 @@ def _count_option(flag: str, default: int, help: str) -> Callable[[_F], _F]:
     help="Incident to analyse (default: the only one; with several, they are listed and"
     " the exit code is 2: see fr-otel incidents).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "html"]),
-    default="text",
-    show_default=True,
+@format_option(
+    ["text", "json", "html"],
     help="text for people, json for tools (a stable contract), html: a self-contained"
     " report with the cross-rank grid (use with -o).",
 )

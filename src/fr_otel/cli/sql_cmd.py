@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from fr_otel.cli._errors import EXIT_OK
+from fr_otel.cli._options import format_option
 from fr_otel.errors import ArchiveError
 
 if TYPE_CHECKING:
@@ -33,13 +34,7 @@ def _describe(connection: duckdb.DuckDBPyConnection) -> str:
 @click.command("sql")
 @click.argument("archive", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("query", required=False)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "json"]),
-    default="table",
-    show_default=True,
-)
+@format_option(["table", "csv", "json"])
 @click.option("--max-rows", type=int, default=100, show_default=True, help="table format only")
 def sql(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
     """Run SQL over an archive (DuckDB), with the views entries, collectives, findings.

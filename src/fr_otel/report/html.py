@@ -187,7 +187,8 @@ def _lateness(strip: LatenessStrip | None) -> str:
     return (
         '<section id="lateness"><h2>Lateness per rank</h2>'
         f'<p class="hint">How long after its group\'s first member each rank reached its'
-        f" collectives, oldest on the left (bar height up to {top:g} ms); {shown}: the"
+        f" collectives, all of them (a finding's figures are for its call site alone), oldest"
+        f" on the left (bar height up to {top:g} ms); {shown}: the"
         " stragglers (red), the latest others and the earliest.</p>"
         f'<table class="lateness">{"".join(rows)}</table></section>'
     )
