@@ -54,3 +54,20 @@ def test_sql_passes_are_traced_at_debug_level(
     traced = [r.getMessage() for r in caplog.records if r.name == "fr_otel.analysis.sql"]
     assert any(m.startswith("01_entries.sql: ") for m in traced)
     assert any(m.startswith("groups_from_") for m in traced)
+
+
+def test_collectives_and_findings_are_relations_of_the_session(dumps: Path) -> None:
+    with open_session(dumps) as session:
+        analysis = session.analysis
+        findings = session.relation("findings").order("idx").fetchall()
+        columns = session.relation("findings").columns
+        assert len(findings) == len(analysis.findings) > 0
+        kinds = [row[columns.index("kind")] for row in findings]
+        assert kinds == [f.kind for f in analysis.findings]
+        root = [row[columns.index("idx")] for row in findings if row[columns.index("root_cause")]]
+        assert root == [analysis.root_cause]
+        # the missing rank never joined what its peers issued at the end
+        missing = set(analysis.findings[analysis.root_cause or 0].culprit_ranks)
+        not_joined = session.relation("collectives").filter("len(not_joined) > 0")
+        absent = {r for (ranks,) in not_joined.select("not_joined").fetchall() for r in ranks}
+        assert missing and missing <= absent, (missing, absent)

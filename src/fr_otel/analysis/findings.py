@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, NamedTuple
 
 import duckdb
+import pyarrow as pa
 
 from fr_otel.stacks import trimmed
 
@@ -510,3 +511,49 @@ class Analysis:
             "input_problems": self.input_problems,
             "snapshot": self.snapshot,
         }
+
+
+FINDINGS_SCHEMA = pa.schema(
+    [
+        ("job", pa.string()),
+        ("incident", pa.string()),
+        ("idx", pa.int32()),
+        ("kind", pa.string()),
+        ("pg_name", pa.string()),
+        ("pg_desc", pa.string()),
+        ("pg_ranks", pa.list_(pa.int64())),
+        ("collective_seq_id", pa.int64()),
+        ("op", pa.string()),
+        ("culprit_ranks", pa.list_(pa.int64())),
+        ("summary", pa.string()),
+        ("root_cause", pa.bool_()),
+        ("consequence_of", pa.int32()),
+        ("waiting_ranks", pa.list_(pa.int64())),
+    ]
+)
+"""The ``findings`` relation: one row per finding, as ``fr-otel sql`` and a session show it."""
+
+
+def findings_table(analyses: Iterable[Analysis]) -> pa.Table:
+    """The findings of ``analyses`` as rows of ``FINDINGS_SCHEMA``."""
+    rows = [
+        {
+            "job": analysis.job,
+            "incident": analysis.incident,
+            "idx": index,
+            "kind": finding.kind,
+            "pg_name": finding.group.name,
+            "pg_desc": finding.group.desc,
+            "pg_ranks": list(finding.group.ranks or ()),
+            "collective_seq_id": finding.collective_seq_id,
+            "op": finding.op,
+            "culprit_ranks": finding.culprit_ranks,
+            "summary": finding.summary,
+            "root_cause": index == analysis.root_cause,
+            "consequence_of": finding.consequence_of,
+            "waiting_ranks": sorted(finding.waiting_ranks),
+        }
+        for analysis in analyses
+        for index, finding in enumerate(analysis.findings)
+    ]
+    return pa.Table.from_pylist(rows, schema=FINDINGS_SCHEMA)

@@ -21,8 +21,9 @@ from pathlib import Path
 import duckdb
 
 from fr_otel.analysis import engine
-from fr_otel.analysis.findings import Analysis
+from fr_otel.analysis.findings import Analysis, findings_table
 from fr_otel.analysis.source import Incident, Source, open_source
+from fr_otel.analysis.sqlfiles import run_file
 
 RELATIONS: dict[str, str] = {
     "entries": (
@@ -39,12 +40,16 @@ RELATIONS: dict[str, str] = {
         " first_record AS record_id, created_ns, done FROM slots"
     ),
     "arrival": "SELECT * FROM arrival",
+    "collectives": "SELECT * FROM collectives",
+    "findings": "SELECT * FROM incident_findings_rows",
 }
 """What the analysis hands out, by name: ``entries`` (one row per entry the analysis
 matched: its group, collective sequence number (null for point-to-point), finished or
 started), ``groups`` (every process group, with its members), ``dumped_ranks`` (ranks
 whose dump held entries), ``slots`` (one row per rank per collective of a group), and
-``arrival`` (lateness per rank per collective, ``stragglers``)."""
+``arrival`` (lateness per rank per collective, ``stragglers``), ``collectives`` (one row
+per collective instance: the ranks that joined it and the members that did not, as
+``fr-otel sql`` shows them) and ``findings`` (one row per finding, ``FINDINGS_SCHEMA``)."""
 
 
 @dataclass(kw_only=True)
@@ -86,9 +91,17 @@ class Session:
         self.analysis  # noqa: B018 - the relations are what it builds
         view = f"incident_{name}"
         if view not in self._views:
+            self._make(name)
             self.connection.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {RELATIONS[name]}")
             self._views.add(view)
         return view
+
+    def _make(self, name: str) -> None:
+        """What relation ``name`` reads that the analysis itself does not build."""
+        if name == "collectives":
+            run_file(self.connection, "collectives.sql", {})
+        elif name == "findings":
+            self.connection.register("incident_findings_rows", findings_table([self.analysis]))
 
     def relation(self, name: str) -> duckdb.DuckDBPyRelation:
         """Relation ``name`` (one of ``RELATIONS``), to query further."""
