@@ -51,8 +51,9 @@ def test_a_snapshot_of_a_running_job_archives_every_rank_and_training_goes_on(
     lines: list[bytes] = []
     try:
         assert job.stdout is not None
-        # every rank ten steps in (they print it), then the snapshot
-        while sum(b"step 10" in line for line in lines) < 3:
+        # every rank ten steps in (they print it), then the snapshot; counted in the
+        # joined output, since two ranks' prints can share one line of the pipe
+        while b"".join(lines).count(b"step 10") < 3:
             line = job.stdout.readline()
             assert line, b"".join(lines)[-3000:]
             lines.append(line)
