@@ -21,6 +21,7 @@ EXPECTED = [
     "wrote report.html",
     "ROOT CAUSE: rank 2",
     "default_pg",
+    "spans.jsonl: ",
 ]
 
 

@@ -18,9 +18,10 @@ that comparing members of one group needs.
 Without completion times (torch's gloo dumps record none) no offset is estimated: the
 offset is taken as zero and its uncertainty is unknown (null).
 
-The SQL below is a fragment of ``stragglers.ARRIVAL_SQL``: it reads the CTE ``joined``
-(one completed collective entry per rank and slot, with ``gid`` and its slot's
-``completed_center``; ``time_completed_ns`` null where it is no evidence) and defines ``clock``.
+``CLOCK_SQL`` (``sql/clock.sql``) is a fragment of the arrival rows (``sql/arrival.sql``):
+it reads the CTE ``joined`` (one completed collective entry per rank and slot, with
+``gid`` and its slot's ``completed_center``; ``time_completed_ns`` null where it is no
+evidence) and defines ``clock``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import duckdb
+
+from fr_otel.analysis.sqlfiles import fragment
 
 MEDIAN_SE = 1.2533
 """Standard error of a sample median over that of the mean, for normal noise."""
@@ -38,32 +41,10 @@ MIN_SAMPLES = 3
 SIGNIFICANT = 3
 """An estimated offset is applied only beyond this many times its uncertainty."""
 
-CLOCK_SQL = f"""
-clock_dev AS (
-    SELECT gid, rank, time_completed_ns - completed_center AS d
-    FROM joined
-    WHERE time_completed_ns IS NOT NULL AND completed_center IS NOT NULL
-),
-clock_raw AS (
-    -- the spread from the standard deviation: no second pass over the differences, and an
-    -- outlier (a completion noticed late) only widens the uncertainty, which errs on the
-    -- side of naming no one
-    SELECT gid, rank, count(*) AS clock_samples, median(d)::BIGINT AS offset_ns,
-           round({MEDIAN_SE} * coalesce(stddev_samp(d), 0) / sqrt(count(*)))::BIGINT
-               AS uncertainty_ns
-    FROM clock_dev
-    GROUP BY gid, rank
-    HAVING count(*) >= {MIN_SAMPLES}
-),
-clock AS (
-    -- an offset within its noise is no evidence of one (ranks of one host share a clock):
-    -- applying it would only add that noise to every comparison
-    SELECT gid, rank, clock_samples, uncertainty_ns,
-           CASE WHEN abs(offset_ns) > {SIGNIFICANT} * uncertainty_ns THEN offset_ns ELSE 0 END
-               AS offset_ns
-    FROM clock_raw
+CLOCK_SQL = fragment(
+    "clock.sql", median_se=MEDIAN_SE, min_samples=MIN_SAMPLES, significant=SIGNIFICANT
 )
-"""
+"""The clock CTEs of the arrival rows (``sql/clock.sql``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

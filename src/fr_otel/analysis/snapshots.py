@@ -22,6 +22,7 @@ from typing import Any
 
 import duckdb
 
+from fr_otel.analysis.sqlfiles import query_file, run_file
 from fr_otel.archive.manifest import Manifest
 
 SNAPSHOT_REASONS = ("operator", "signal")
@@ -52,44 +53,14 @@ def is_snapshot(incident: str, manifest: Manifest | None) -> bool:
     return bool(manifest is not None and manifest.snapshot)
 
 
-_STALLED = """
-SELECT count(*) FROM e
-WHERE NOT done AND op <> 'coalesced' AND dump_time_ns IS NOT NULL
-  AND time_created_ns IS NOT NULL
-  AND dump_time_ns - time_created_ns
-      >= least($stall_ns, coalesce(timeout_ms, $stall_ns // 500000) * 500000)
-"""
-
-_FRONTIER = """
-CREATE OR REPLACE TEMP TABLE snapshot_frontier AS
-SELECT g.gid, min(coalesce(w.max_seq, -1)) AS frontier
-FROM groups g, unnest(g.members) AS m(rank)
-JOIN dumped d ON d.rank = m.rank
-LEFT JOIN (SELECT gid, rank, max(seq) AS max_seq FROM e
-           WHERE NOT p2p AND op <> 'coalesced' GROUP BY gid, rank) w
-    ON w.gid = g.gid AND w.rank = m.rank
--- a member whose buffer no longer reaches this group tells nothing about its frontier
-WHERE w.max_seq IS NOT NULL OR d.first_record = 0
-GROUP BY g.gid
-"""
-
-_SET_ASIDE = """
-DELETE FROM e
-WHERE (p2p AND NOT done)
-   OR (NOT p2p AND seq > (SELECT f.frontier FROM snapshot_frontier f WHERE f.gid = e.gid))
-"""
-
-
 def read_snapshot(connection: duckdb.DuckDBPyConnection) -> SnapshotReading:
     """Settle the entries table ``e`` of a snapshot (see the module's docstring)."""
-    row = connection.execute(_STALLED, {"stall_ns": STALL_NS}).fetchone()
+    row = query_file(connection, "snapshot_stalled.sql", {"stall_ns": STALL_NS}).fetchone()
     if row and row[0]:
         return SnapshotReading(stalled=True, set_aside=0)
     before = connection.execute("SELECT count(*) FROM e").fetchone()
-    connection.execute(_FRONTIER)
-    connection.execute(_SET_ASIDE)
+    # sets aside what is past each group's frontier and counts the rest as done
+    run_file(connection, "snapshot_frontier.sql", {})
     after = connection.execute("SELECT count(*) FROM e").fetchone()
-    # what is left was in progress when the snapshot was taken, never stuck
-    connection.execute("UPDATE e SET done = true WHERE NOT done")
     set_aside = (before[0] if before else 0) - (after[0] if after else 0)
     return SnapshotReading(stalled=False, set_aside=set_aside)

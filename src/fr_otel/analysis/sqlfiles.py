@@ -2,8 +2,12 @@
 
 Every table the analysis builds is made by one of these files: the passes that run in
 order (``NN_name.sql``) and the ones the analysis picks from (``groups_from_rows.sql``,
-``groups_from_manifest.sql``). Each statement is logged at DEBUG level (``-vv``) with the
-time it took, on the ``fr_otel.analysis.sql`` logger.
+``groups_from_manifest.sql``, the snapshot's ``snapshot_frontier.sql``, the views of
+``fr-otel sql``), which ``run_file`` runs; ``query_file`` runs the queries whose rows
+Python reads back (``site_lateness.sql``), and ``fragment`` hands out the pieces Python
+puts together (the arrival rows, ``arrival.sql``, over one of two ``coll`` CTEs and the
+clock offsets' ``clock.sql``). Each statement the first two run is logged at DEBUG level
+(``-vv``) with the time it took, on the ``fr_otel.analysis.sql`` logger.
 """
 
 from __future__ import annotations
@@ -61,15 +65,29 @@ CONSTANTS: dict[str, Any] = {
 }
 
 
+def _text(name: str) -> str:
+    return resources.files("fr_otel.analysis").joinpath("sql", name).read_text()
+
+
 def statements(name: str) -> list[str]:
     """The statements of ``sql/<name>``, without comments-only fragments."""
-    text = resources.files("fr_otel.analysis").joinpath("sql", name).read_text()
+    text = _text(name)
     parts = [p.strip() for p in text.split(";\n")]
     return [
         p
         for p in parts
         if any(not line.lstrip().startswith("--") for line in p.splitlines() if line.strip())
     ]
+
+
+def fragment(name: str, **values: object) -> str:
+    """The text of ``sql/<name>``, a piece that Python puts into a statement (a CTE, a
+    query), without the comment lines that head the file and with its ``{name}`` places
+    filled in from ``values``."""
+    lines = _text(name).splitlines(keepends=True)
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
+        lines.pop(0)
+    return "".join(lines).format(**values)
 
 
 def prepare(connection: duckdb.DuckDBPyConnection) -> None:
@@ -83,18 +101,33 @@ def prepare(connection: duckdb.DuckDBPyConnection) -> None:
 def run_file(connection: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> None:
     """Execute every statement of ``sql/<name>``, binding the ``$name`` parameters it uses."""
     prepare(connection)
-    values = {**CONSTANTS, **params}
-    tracing = _trace.isEnabledFor(logging.DEBUG)
     for statement in statements(name):
-        used = {key: values[key] for key in _PARAM.findall(statement)}
-        start = time.perf_counter()
-        connection.execute(statement, used or None)
-        if tracing:
-            first = next(
-                (line for line in statement.splitlines() if not line.lstrip().startswith("--")),
-                "",
-            )
-            _trace.debug("%s: %.3f s: %s", name, time.perf_counter() - start, first.strip())
+        _execute(connection, name, statement, params)
+
+
+def query_file(
+    connection: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Execute the one query of ``sql/<name>``, binding the ``$name`` parameters it uses;
+    fetch its rows from what this returns."""
+    (statement,) = statements(name)
+    return _execute(connection, name, statement, params or {})
+
+
+def _execute(
+    connection: duckdb.DuckDBPyConnection, name: str, statement: str, params: dict[str, Any]
+) -> duckdb.DuckDBPyConnection:
+    values = {**CONSTANTS, **params}
+    used = {key: values[key] for key in _PARAM.findall(statement)}
+    start = time.perf_counter()
+    result = connection.execute(statement, used or None)
+    if _trace.isEnabledFor(logging.DEBUG):
+        first = next(
+            (line for line in statement.splitlines() if not line.lstrip().startswith("--")),
+            "",
+        )
+        _trace.debug("%s: %.3f s: %s", name, time.perf_counter() - start, first.strip())
+    return result
 
 
 def sql_files() -> list[str]:

@@ -46,6 +46,7 @@ import duckdb
 from fr_otel.analysis import findings as base
 from fr_otel.analysis.clocks import CLOCK_SQL
 from fr_otel.analysis.findings import EntryRef, Finding, GroupRef, Stacks, entry_json
+from fr_otel.analysis.sqlfiles import fragment, query_file, run_file
 
 MIN_COLLECTIVES = 20
 """Collectives at one call site before a rank's lateness there is judged at all: fewer are
@@ -70,111 +71,28 @@ CPU_SHARE = 0.75
 """A straggler whose issue times are at least this share of its kernels' lateness is late
 on the CPU side (it issues late); below, its GPU is."""
 
-_COLLECTIVE_FILTER = """collective_seq_id IS NOT NULL AND NOT coalesce(is_p2p, false)
-      AND op NOT IN ('send', 'recv', 'coalesced')
-      AND (state = 'completed' OR (backend = 'gloo' AND coalesce(retired, false)))"""
-
-COLL_FROM_ROWS = f"""
-coll AS MATERIALIZED (
-    -- completed collectives only: one row per rank and slot (a coalesced batch: its first)
-    SELECT job, incident, rank, pg_name, pg_desc, list_sort(pg_ranks) AS pg_ranks,
-           hash(job, incident, pg_name, list_sort(pg_ranks)) AS gid, len(pg_ranks) AS members,
-           collective_seq_id, op, record_id, call_site, hash(call_site) AS site,
-           time_created_ns,
-           -- NCCL's completion times are its watchdog noticing (a poll, ms apart across
-           -- ranks): no clock evidence (clocks.py)
-           CASE WHEN backend = 'gloo' THEN time_completed_ns END AS time_completed_ns,
-           duration_ms
-    FROM {{source}}
-    WHERE {{where}} AND {_COLLECTIVE_FILTER}
-    QUALIFY row_number() OVER (
-        PARTITION BY job, incident, pg_name, pg_ranks, collective_seq_id, rank
-        ORDER BY record_id) = 1
-)"""
-"""Arrival rows straight from canonical rows (``fr-otel sql``'s view, any incident)."""
-
 WINDOW_SLOTS = 200
 """Collectives per group the straggler analysis reads: the most recent ones. A straggler
 is late every step, so a few hundred collectives show it as well as thousands would, at
 a fraction of the cost."""
 
-COLL_FROM_ENTRIES = f"""
-coll AS MATERIALIZED (
-    -- the analyzer's own entries table (01_entries.sql): read once, already reduced; each
-    -- group's last WINDOW_SLOTS collectives
-    SELECT c.rank, c.gid, w.members, c.seq AS collective_seq_id, c.op, c.record_id, c.site,
-           c.time_created_ns, CASE WHEN c.gloo THEN c.time_completed_ns END AS time_completed_ns,
-           c.duration_ms
-    FROM (
-        SELECT * FROM e
-        WHERE NOT p2p AND done AND NOT in_batch AND op <> 'coalesced'
-    ) c
-    JOIN (
-        SELECT gid, max(max_seq) - {WINDOW_SLOTS} AS after_seq,
-               any_value(len(g.members)) AS members
-        FROM windows JOIN groups g USING (gid)
-        GROUP BY gid
-    ) w USING (gid)
-    WHERE c.seq > w.after_seq
-)"""
-"""Arrival rows of the incident under analysis, from its ``e``, ``groups`` and ``windows``
-tables."""
 
-ARRIVAL_SQL = f"""
-WITH {{coll}},
-slot AS (
-    -- collectives every member completed
-    SELECT gid, collective_seq_id, count(*) AS present, count(duration_ms) AS timed,
-           max(duration_ms) AS longest, min(duration_ms) AS shortest,
-           sum(duration_ms) AS total_duration,
-           -- the members' mean completion (a double: 256 ns steps, plenty): a member whose
-           -- completion was noticed late moves it, the median over collectives does not
-           avg(time_completed_ns)::BIGINT AS completed_center,
-           -- a time near the slot's, so that sums of its times stay small and exact
-           avg(time_created_ns)::BIGINT AS reference_ns
-    FROM coll
-    GROUP BY gid, collective_seq_id
-    HAVING count(*) = any_value(members) AND count(*) > 1
-),
-joined AS MATERIALIZED (
-    SELECT c.*, s.* EXCLUDE (gid, collective_seq_id)
-    FROM coll c JOIN slot s USING (gid, collective_seq_id)
-),
-{CLOCK_SQL},
-placed AS MATERIALIZED (
-    SELECT j.*, coalesce(k.offset_ns, 0) AS clock_offset_ns,
-           k.uncertainty_ns AS clock_uncertainty_ns,
-           j.time_created_ns - coalesce(k.offset_ns, 0) AS arrival_ns,
-           j.time_created_ns - coalesce(k.offset_ns, 0) - j.reference_ns AS relative_ns,
-           j.timed = j.present AS gpu
-    FROM joined j LEFT JOIN clock k USING (gid, rank)
-),
-arrived AS (
-    -- per slot, over clock-corrected issue times (a grouping: far cheaper than a window)
-    SELECT gid, collective_seq_id, min(relative_ns) AS first_ns, max(relative_ns) AS last_ns,
-           sum(relative_ns) AS sum_ns
-    FROM placed
-    GROUP BY gid, collective_seq_id
-),
-windowed AS (
-    SELECT p.*,
-           p.relative_ns - a.first_ns AS issue_lateness_ns,
-           CASE WHEN p.gpu THEN round((p.longest - p.duration_ms) * 1e6)::BIGINT END
-               AS gpu_lateness_ns,
-           -- the latest member's lateness, and the mean of the others' (stragglers.py)
-           CASE WHEN p.gpu THEN (p.longest - p.shortest) * 1e6 ELSE a.last_ns - a.first_ns END
-               AS latest_ns,
-           CASE WHEN p.gpu
-                THEN ((p.present - 1) * p.longest - p.total_duration + p.shortest) * 1e6
-                     / (p.present - 1)
-                ELSE (a.sum_ns - a.last_ns) / (p.present - 1) - a.first_ns END AS typical_ns
-    FROM placed p JOIN arrived a USING (gid, collective_seq_id)
-)
-SELECT * EXCLUDE (relative_ns, reference_ns, gpu),
-       coalesce(gpu_lateness_ns, issue_lateness_ns) AS lateness_ns,
-       CASE WHEN gpu THEN 'gpu_start' ELSE 'issue' END AS basis
-FROM windowed
-"""
+def _arrival_sql(coll: str) -> str:
+    """The arrival rows (``sql/arrival.sql``) over the collectives CTE ``coll``."""
+    return fragment("arrival.sql", coll=coll, clock=CLOCK_SQL)
+
+
+def _coll_from_rows(source: str, where: str) -> str:
+    """The collectives CTE straight from the canonical rows of ``source`` that ``where``
+    selects (``fr-otel sql``'s view, any incident)."""
+    return fragment("arrival_coll_from_rows.sql", source=source, where=where)
+
+
+def _coll_from_entries() -> str:
+    """The collectives CTE of the incident under analysis, from its ``e``, ``groups`` and
+    ``windows`` tables."""
+    return fragment("arrival_coll_from_entries.sql", window_slots=WINDOW_SLOTS)
+
 
 ARRIVAL_COLUMNS = (
     "job, incident, pg_name, pg_desc, pg_ranks, collective_seq_id, op, rank, record_id,"
@@ -194,33 +112,16 @@ def create_arrival(
     ``e`` and ``groups`` tables the analyzer built in ``connection``; with ``source`` (a
     relation of canonical rows), as a view over every incident in it."""
     if source is None:
-        body = ARRIVAL_SQL.format(coll=COLL_FROM_ENTRIES)
+        body = _arrival_sql(_coll_from_entries())
         connection.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {body}")
         return
-    coll = COLL_FROM_ROWS.format(source=source, where="true")
-    body = ARRIVAL_SQL.format(coll=coll)
+    body = _arrival_sql(_coll_from_rows(source, "true"))
     connection.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {ARRIVAL_COLUMNS} FROM ({body})")
 
 
 def arrival_query(source: str, where: str) -> str:
     """A query of the arrival rows of ``source`` (canonical rows) that ``where`` selects."""
-    coll = COLL_FROM_ROWS.format(source=source, where=where)
-    return f"SELECT {ARRIVAL_COLUMNS} FROM ({ARRIVAL_SQL.format(coll=coll)})"
-
-
-_SITE_STATS = """
-SELECT gid, coalesce(site, hash(op)) AS unit, any_value(op), rank, count(*) AS n,
-       quantile_cont(lateness_ns, 0.5) AS p50,
-       count(*) FILTER (WHERE lateness_ns >= latest_ns) AS last,
-       count(*) FILTER (WHERE lateness_ns > typical_ns) AS above,
-       arg_max(record_id, lateness_ns) AS example_record,
-       arg_max(collective_seq_id, lateness_ns) AS example_seq,
-       any_value(basis) AS basis,
-       any_value(clock_offset_ns) AS clock_offset_ns,
-       any_value(clock_uncertainty_ns) AS clock_uncertainty_ns
-FROM arrival
-GROUP BY gid, unit, rank
-"""
+    return f"SELECT {ARRIVAL_COLUMNS} FROM ({_arrival_sql(_coll_from_rows(source, where))})"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -289,29 +190,14 @@ def site_lateness(
 ) -> list[SiteLateness]:
     """Per (group, call site, rank) lateness from the ``arrival`` table, with the site's
     typical member filled in; ``groups``: the analyzer's, by its group key."""
-    rows = connection.execute(_SITE_STATS).fetchall()
+    rows = query_file(connection, "site_lateness.sql")
+    columns = [column[0] for column in rows.description]
     by_site: dict[tuple[int, int], list[SiteLateness]] = defaultdict(list)
-    for row in rows:
-        gid, unit, op, rank, n, p50, last, above, record, seq, basis, offset, unc = row
+    for row in rows.fetchall():
+        stats = dict(zip(columns, row, strict=True))
+        gid = stats["gid"]
         group = groups.get(gid) or GroupRef(name=str(gid), desc=None, ranks=None, key=gid)
-        by_site[(gid, unit)].append(
-            SiteLateness(
-                gid=gid,
-                group=group,
-                unit=unit,
-                op=op,
-                rank=rank,
-                collectives=n,
-                p50_ns=float(p50),
-                last=last,
-                above=above,
-                example_record=record,
-                example_seq=seq,
-                basis=basis,
-                clock_offset_ns=int(offset or 0),
-                clock_uncertainty_ns=unc,
-            )
-        )
+        by_site[(gid, stats["unit"])].append(SiteLateness(group=group, **stats))
     steps: dict[int, int] = defaultdict(int)
     for (gid, _), members in by_site.items():
         steps[gid] = max(steps[gid], max(m.collectives for m in members))
@@ -377,35 +263,16 @@ def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef
     return findings
 
 
-_DETAIL = """
-WITH a AS (
-    SELECT gid, coalesce(site, hash(op)) AS unit, collective_seq_id, rank, lateness_ns,
-           issue_lateness_ns
-    FROM arrival WHERE gid IN (SELECT DISTINCT gid FROM wanted)
-),
-s AS (
-    SELECT gid, collective_seq_id, max(lateness_ns) AS top, max(lateness_ns, 2)[2] AS runner_up
-    FROM a GROUP BY gid, collective_seq_id
-)
-SELECT a.gid, a.unit, a.rank, quantile_cont(a.lateness_ns, 0.9),
-       quantile_cont(a.issue_lateness_ns, 0.5),
-       coalesce(sum(CASE WHEN a.lateness_ns = s.top THEN s.top - s.runner_up END), 0)
-FROM a SEMI JOIN (SELECT DISTINCT gid, unit FROM wanted) w USING (gid, unit)
-JOIN s USING (gid, collective_seq_id)
-GROUP BY a.gid, a.unit, a.rank
-"""
-
-
 def _detail(connection: duckdb.DuckDBPyConnection, sites: list[SiteLateness]) -> None:
     """p90, time lost and issue-time lateness of the named ranks' sites (and their peers'
     issue times, which the side needs): only for those few sites, not every one."""
     if not sites:
         return
-    connection.execute("CREATE OR REPLACE TEMP TABLE wanted (gid UBIGINT, unit UBIGINT)")
+    run_file(connection, "straggler_sites.sql", {})
     connection.executemany(
         "INSERT INTO wanted VALUES (?, ?)", sorted({(s.gid, s.unit) for s in sites})
     )
-    rows = connection.execute(_DETAIL).fetchall()
+    rows = query_file(connection, "straggler_detail.sql").fetchall()
     issue: dict[tuple[int, int], list[float]] = defaultdict(list)
     values: dict[tuple[int, int, int], tuple[float, float, int]] = {}
     for gid, unit, rank, p90, ip50, lost in rows:

@@ -36,7 +36,7 @@ def register_views(connection: duckdb.DuckDBPyConnection, archive: Path, *, find
     """Create ``entries`` and ``collectives``; ``findings`` too when asked (it runs the
     analyzer on every incident)."""
     register_archive(connection, archive)
-    connection.execute("CREATE OR REPLACE VIEW entries AS SELECT * FROM src")
+    run_file(connection, "entries.sql", {})
     run_file(connection, "collectives.sql", {})
     create_arrival(connection, source="entries")
     if findings:
@@ -59,5 +59,5 @@ def _materialise_findings(connection: duckdb.DuckDBPyConnection, archive: Path) 
         )
     table = findings_table(analyses)
     connection.register("findings_rows", table)
-    connection.execute("CREATE OR REPLACE TEMP TABLE findings AS SELECT * FROM findings_rows")
+    run_file(connection, "findings.sql", {})
     connection.unregister("findings_rows")

@@ -182,24 +182,9 @@ class P2PEvidence(base.Evidence):
 
 
 def load_heads(connection: duckdb.DuckDBPyConnection) -> dict[int, Head]:
-    heads: dict[int, Head] = {}
-    for rank, head in connection.execute("SELECT rank, head FROM heads").fetchall():
-        heads[rank] = Head(
-            rank=rank,
-            gid=head["gid"],
-            seq=head["seq"],
-            p2p=head["p2p"],
-            op=head["op"],
-            peer=head["peer"],
-            started=bool(head["started"]),
-            created_ns=head["time_created_ns"],
-            record_id=head["record_id"],
-            site=head["site"],
-            timeout_ms=head["timeout_ms"],
-            dump_time_ns=head["dump_time_ns"],
-            retired=bool(head["retired_only"]),
-        )
-    return heads
+    """Each blocked rank's head (``sql/03_waits.sql``: its fields are ``Head``'s)."""
+    rows = connection.execute("SELECT rank, head FROM heads").fetchall()
+    return {rank: Head(rank=rank, **head) for rank, head in rows}
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,21 @@
+-- The collectives the arrival rows are made of, for the incident under analysis: the
+-- CTE `coll` of arrival.sql over its `e`, `groups` and `windows` tables, each group's
+-- last `window_slots` collectives (stragglers.WINDOW_SLOTS).
+coll AS MATERIALIZED (
+    -- the analyzer's own entries table (01_entries.sql): read once, already reduced; each
+    -- group's last WINDOW_SLOTS collectives
+    SELECT c.rank, c.gid, w.members, c.seq AS collective_seq_id, c.op, c.record_id, c.site,
+           c.time_created_ns, CASE WHEN c.gloo THEN c.time_completed_ns END AS time_completed_ns,
+           c.duration_ms
+    FROM (
+        SELECT * FROM e
+        WHERE NOT p2p AND done AND NOT in_batch AND op <> 'coalesced'
+    ) c
+    JOIN (
+        SELECT gid, max(max_seq) - {window_slots} AS after_seq,
+               any_value(len(g.members)) AS members
+        FROM windows JOIN groups g USING (gid)
+        GROUP BY gid
+    ) w USING (gid)
+    WHERE c.seq > w.after_seq
+)
