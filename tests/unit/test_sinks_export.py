@@ -182,3 +182,12 @@ def test_read_incident_reads_what_the_analyzers_src_view_reads(archive: Path) ->
     assert table.column_names == viewed.column_names
     for name in table.column_names:
         assert table.column(name).equals(viewed.column(name)), name
+
+
+def test_file_and_archive_sinks_take_a_path_given_as_text(archive: Path, tmp_path: Path) -> None:
+    table = read_incident(archive, Incident(job="j", incident="i")).table
+    spans = OtlpJsonSink(path=str(tmp_path / "spans.jsonl"), resource={})  # type: ignore[arg-type]
+    assert spans.export(table).written == table.num_rows
+    assert (tmp_path / "spans.jsonl").stat().st_size > 0
+    copy = ParquetSink(archive=str(tmp_path / "copy"))  # type: ignore[arg-type]
+    assert copy.export(table).files

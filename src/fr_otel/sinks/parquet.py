@@ -18,6 +18,9 @@ class ParquetSink:
 
     archive: Path
 
+    def __post_init__(self) -> None:
+        self.archive = Path(self.archive)  # a caller's str works too
+
     def export(self, table: pa.Table) -> ExportResult:
         """Raises what writing raises (``OSError`` for a full disk): nothing was kept."""
         written = write_rows(table, self.archive)

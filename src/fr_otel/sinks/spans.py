@@ -70,6 +70,9 @@ class SpanFileSink(SpansFromRows):
     path: Path
     resource: Resource = field(default_factory=configured_resource)
 
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)  # a caller's str works too
+
     @staticmethod
     def write(requests: Iterable[ExportTraceServiceRequest], path: Path) -> int:
         """The format's writer: the spans written."""
