@@ -43,8 +43,8 @@ ranked AS (
            count(*) AS signatures,
            arg_max(sig, n) AS majority_sig,
            max(n) AS majority_n,
-           -- the second-highest count, to tell a tie
-           list(n ORDER BY n DESC)[2] AS runner_up_n
+           -- the second-highest count, to tell a tie (the top two, not a sorted list)
+           max(n, 2)[2] AS runner_up_n
     FROM sig_counts
     GROUP BY gid, seq
 ),
