@@ -96,6 +96,19 @@ def test_missing_rank_is_reported_from_group_membership(tmp_path: Path) -> None:
     assert "missing ranks: 1,3" in report.summary()
 
 
+def test_many_missing_ranks_are_summed_up_as_runs(tmp_path: Path) -> None:
+    # two dumps of a 4,096-rank job: the summary is one short line, not 4,094 numbers
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(4096)))}}
+    for rank in (0, 100):
+        write_pickle(
+            tmp_path / "d" / f"nccl_trace_rank_{rank}",
+            fr_dump([fr_entry(record_id=0, seq=1)], pg_config=config),
+        )
+    report = import_dumps([tmp_path / "d"], archive=tmp_path / "arc")
+    assert len(report.missing_ranks) == 4094
+    assert "missing ranks: 1-99,101-4095;" in report.summary() + ";"
+
+
 def test_gloo_membership_is_inferred_and_marked(tmp_path: Path) -> None:
     broken = {"": {"name": "", "desc": "", "ranks": "[]"}}
     for rank in (0, 1, 2):

@@ -169,12 +169,11 @@ class ImportReport:
             return text
         if self.runs_split:
             missing = "; ".join(
-                f"{i.incident}: {','.join(map(str, i.missing_ranks)) or 'none'}"
-                for i in self.imported
+                f"{i.incident}: {describe_ranks(i.missing_ranks)}" for i in self.imported
             )
             ranks = f"{len(self.files_written)} rank dumps"
         else:
-            missing = ",".join(map(str, self.missing_ranks)) if self.missing_ranks else "none"
+            missing = describe_ranks(self.missing_ranks)
             ranks = f"{len(self.ranks)} ranks"
         incidents = ",".join(self.incidents) or "-"
         text = (
