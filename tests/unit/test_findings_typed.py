@@ -10,7 +10,13 @@ import pytest
 
 from fr_otel.analysis import analyze, open_session
 from fr_otel.analysis.divergence import MismatchEvidence, SkipEvidence
-from fr_otel.analysis.findings import EntryRef, resolve_entries
+from fr_otel.analysis.findings import (
+    RANKS_IN_WORDS,
+    EntryRef,
+    rank_list,
+    ranks_words,
+    resolve_entries,
+)
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 
 
@@ -71,3 +77,14 @@ def test_resolution_returns_new_findings(tmp_path: Path) -> None:
     assert refs and all(isinstance(ref, EntryRef) for ref in refs)
     # only the entries the findings show are read
     assert set(again[0].entries) <= refs
+
+
+def test_a_sentence_names_a_few_ranks_and_counts_the_rest() -> None:
+    assert ranks_words([3]) == "rank 3"
+    assert ranks_words([1, 3]) == "ranks 1, 3"
+    many = list(range(0, 8 * 4096, 8))
+    words = ranks_words(many)
+    assert words.startswith("ranks 0, 8, 16, ")
+    assert words.endswith(f" and {4096 - RANKS_IN_WORDS} more")
+    assert len(words) < 200  # a 4,096-rank group no longer writes 20 kB into one line
+    assert rank_list(many[:RANKS_IN_WORDS]).count(",") == RANKS_IN_WORDS - 1

@@ -36,6 +36,7 @@ from fr_otel.analysis.findings import (
     StackSide,
     blocked_behind,
     entry_json,
+    rank_list,
     ranks_words,
 )
 
@@ -1019,7 +1020,7 @@ def _missing_summary(finding: Finding, facts: MissingRankEvidence) -> str:
     )
     cause = finding.consequence_of
     if facts.candidate_ranks:
-        suspects = ", ".join(map(str, facts.candidate_ranks))
+        suspects = rank_list(facts.candidate_ranks)
         return f"{sentence}; suspects: ranks {suspects}: {facts.reason}"
     if facts.candidate and cause is not None:
         return f"{sentence}; a candidate of [{cause}], which the evidence cannot order"

@@ -6,7 +6,7 @@ import duckdb
 
 from fr_otel.analysis import divergence, members, rootcause, rules, snapshots, stragglers, waits
 from fr_otel.analysis.divergence import SlotEvidence
-from fr_otel.analysis.findings import Analysis, Finding, GroupRef, resolve_entries
+from fr_otel.analysis.findings import Analysis, Finding, GroupRef, rank_list, resolve_entries
 from fr_otel.analysis.source import Incident, rows_of_ranks
 from fr_otel.analysis.sqlfiles import CONSTANTS, run_file, sql_files
 from fr_otel.analysis.waits import P2PEvidence, SilentEvidence
@@ -194,7 +194,7 @@ def _unsure_stops(connection: duckdb.DuckDBPyConnection, findings: list[Finding]
             gid, seq, op, silent = unsure[rank]
             group = groups.get(gid)
             label = group.label() if group else "its group"
-            silent_words = ", ".join(map(str, silent))
+            silent_words = rank_list(silent)
             reasons.append(
                 f"rank {rank}'s last collective, {op} {label} #{seq}, shows retired, which gloo"
                 f" shows for a failed collective too: rank {rank} stopped after it, or waits"

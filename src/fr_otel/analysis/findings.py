@@ -78,10 +78,24 @@ def stack_json(ref: EntryRef | None, entries: Entries) -> list[Frame] | None:
     return info.frames if info is not None else []
 
 
-def ranks_words(ranks: Iterable[int]) -> str:
-    """'rank 3' or 'ranks 1, 3', in the order given."""
+RANKS_IN_WORDS = 16
+"""Ranks a sentence names before it says how many more: a hang of a 4,096-rank group would
+otherwise write every rank into one line (the JSON's rank lists keep them all)."""
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """'1, 3', in the order given; past ``RANKS_IN_WORDS``, '0, 8, ... and 1000 more'."""
     listed = list(ranks)
-    return f"rank{'s' if len(listed) > 1 else ''} {', '.join(map(str, listed))}"
+    shown = ", ".join(map(str, listed[:RANKS_IN_WORDS]))
+    if len(listed) > RANKS_IN_WORDS:
+        shown += f" and {len(listed) - RANKS_IN_WORDS} more"
+    return shown
+
+
+def ranks_words(ranks: Iterable[int]) -> str:
+    """'rank 3' or 'ranks 1, 3', in the order given (see ``rank_list``)."""
+    listed = list(ranks)
+    return f"rank{'s' if len(listed) > 1 else ''} {rank_list(listed)}"
 
 
 KINDS = (
@@ -300,7 +314,7 @@ class Evidence:
             waiting = finding.waiting_ranks
             plural = len(waiting) > 1
             text += (
-                f"; rank{'s' if plural else ''} {', '.join(map(str, waiting))}"
+                f"; rank{'s' if plural else ''} {rank_list(waiting)}"
                 f" {'wait' if plural else 'waits'} behind [{finding.consequence_of}], not at fault"
             )
         return text

@@ -54,7 +54,7 @@ class ShapeRuleEvidence(base.Evidence):
 
     def headline(self, finding: Finding) -> str:
         ranks = [e.rank for e in self.entries]
-        who = "every member" if self.everyone else "ranks " + ", ".join(map(str, ranks))
+        who = "every member" if self.everyone else "ranks " + base.rank_list(ranks)
         rule = f"{self.shape_rule} (group size {self.group_size})"
         return f"{finding.op} {finding.place()} breaks its shape rule on {who}: {rule}"
 

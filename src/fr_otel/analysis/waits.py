@@ -341,7 +341,7 @@ def stuck_in_flight(
         if timing_known and unstarted and started:
             culprits = unstarted
             reason = (
-                f"rank{'s' if len(unstarted) > 1 else ''} {', '.join(map(str, unstarted))} never"
+                f"{ranks_words(unstarted)} never"
                 f" started it while {len(started)} peer(s) did: their GPU stream is stuck"
                 " behind earlier work"
             )
@@ -437,7 +437,7 @@ def silent_summary(finding: Finding, facts: SilentEvidence) -> str:
     if facts.retired_in_dumps:
         waits += " (gloo shows it retired, as it does a collective that failed)"
     if facts.candidate_ranks:
-        suspects = ", ".join(map(str, facts.candidate_ranks))
+        suspects = base.rank_list(facts.candidate_ranks)
         return f"{waits}; suspects: ranks {suspects}: {facts.reason}"
     if facts.timing_known and present and facts.started_ranks == present:
         waits += " (every member with a dump started it: the network is a suspect too)"
