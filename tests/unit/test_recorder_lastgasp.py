@@ -72,14 +72,21 @@ def test_a_callback_that_never_returns_is_cut_off_by_the_limit() -> None:
 
 def test_a_gil_that_never_comes_back_is_cut_off_by_the_limit(tmp_path: Path) -> None:
     """The main thread keeps the GIL (a regular expression that backtracks for minutes
-    never reaches a bytecode boundary): the callback cannot start, the alarm ends it."""
+    never reaches a bytecode boundary): the callback cannot start, the alarm ends it.
+
+    SIGABRT comes a second after the match has started, to a thread in native code without
+    the GIL (the main thread blocks it): an abort() right away raced the main thread for the
+    GIL it had just released, and on a loaded machine the callback sometimes won."""
     marker = tmp_path / "flushed"
     done, took = _run(
         f"""
-        import re
+        import os, re, signal
         assert _lastgasp.install(lambda: open({str(marker)!r}, "w"), 1)
-        abort_from_a_native_thread()
-        re.match(r"(a+)+$", "a" * 64 + "b")
+        backtracks, text = re.compile(r"(a+)+$"), "a" * 64 + "b"
+        later = b"sleep 1; kill -ABRT %d" % os.getpid()
+        threading.Thread(target=ctypes.CDLL(None).system, args=(later,)).start()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGABRT}})
+        backtracks.match(text)
         """
     )
     assert done.returncode == -signal.SIGABRT, done.stderr
