@@ -83,13 +83,13 @@ RANKS_IN_WORDS = 16
 otherwise write every rank into one line (the JSON's rank lists keep them all)."""
 
 
-def rank_list(ranks: Iterable[int]) -> str:
-    """'1, 3', in the order given; past ``RANKS_IN_WORDS``, '0, 8, ... and 1000 more'."""
+def rank_list(ranks: Iterable[int], *, limit: int | None = RANKS_IN_WORDS) -> str:
+    """'1, 3', in the order given; past ``limit`` ranks (None: no limit),
+    '0, 8, ... and 1000 more'."""
     listed = list(ranks)
-    shown = ", ".join(map(str, listed[:RANKS_IN_WORDS]))
-    if len(listed) > RANKS_IN_WORDS:
-        shown += f" and {len(listed) - RANKS_IN_WORDS} more"
-    return shown
+    if limit is None or len(listed) <= limit:
+        return ", ".join(map(str, listed))
+    return ", ".join(map(str, listed[:limit])) + f" and {len(listed) - limit} more"
 
 
 def ranks_words(ranks: Iterable[int]) -> str:

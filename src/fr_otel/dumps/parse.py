@@ -211,33 +211,32 @@ def global_peer(pg_ranks: list[int] | None, local_peer: int | None) -> int | Non
 # The entry fields as torch writes them. Converting every entry in one C++ call through
 # this struct type is ~10x faster than building columns in Python; keys a version lacks
 # come out null, and keys we do not list (``frames``) are ignored.
+_INT_FIELDS = (
+    "record_id",
+    "pg_id",
+    "collective_seq_id",
+    "p2p_seq_id",
+    "op_id",
+    "time_created_ns",
+    "time_discovered_started_ns",
+    "time_discovered_completed_ns",
+    "timeout_ms",
+)
+_STR_FIELDS = ("profiling_name", "state", "thread_name", "thread_id")
 _RAW_ENTRY = pa.struct(
-    [
-        ("record_id", pa.int64()),
-        ("pg_id", pa.int64()),
+    [(name, pa.int64()) for name in _INT_FIELDS]
+    + [(name, pa.string()) for name in _STR_FIELDS]
+    + [
         ("process_group", pa.list_(pa.string())),
-        ("collective_seq_id", pa.int64()),
-        ("p2p_seq_id", pa.int64()),
-        ("op_id", pa.int64()),
-        ("profiling_name", pa.string()),
-        ("time_created_ns", pa.int64()),
         ("duration_ms", pa.float64()),
         ("input_sizes", SIZES_TYPE),
         ("input_dtypes", pa.list_(pa.string())),
         ("output_sizes", SIZES_TYPE),
         ("output_dtypes", pa.list_(pa.string())),
-        ("state", pa.string()),
-        ("time_discovered_started_ns", pa.int64()),
-        ("time_discovered_completed_ns", pa.int64()),
         ("retired", pa.bool_()),
-        ("timeout_ms", pa.int64()),
         ("is_p2p", pa.bool_()),
-        ("thread_name", pa.string()),
-        ("thread_id", pa.string()),
     ]
 )
-_INT_FIELDS = frozenset(f.name for f in _RAW_ENTRY if pa.types.is_integer(f.type))
-_STR_FIELDS = frozenset(f.name for f in _RAW_ENTRY if pa.types.is_string(f.type))
 
 
 def _normalised(entry: dict[str, Any]) -> dict[str, Any]:
@@ -417,7 +416,7 @@ def dump_to_table(
                 raise DumpError(path, "corrupt", f"entry {index} has no '{key}' field")
     try:
         parsed = _build(
-            dump, entries, path, source_format, job, incident, rank, dump_time_ns, version
+            dump, entries, path, source_format, version, job, incident, rank, dump_time_ns
         )
     except (TypeError, ValueError, IndexError, pa.ArrowException) as exc:
         raise DumpError(path, "corrupt", f"unexpected field contents ({exc})") from None
@@ -437,11 +436,11 @@ def _build(
     entries: list[dict[str, Any]],
     path: str,
     source_format: str,
+    version: str | None,
     job: str,
     incident: str,
     rank: int,
     dump_time_ns: int | None,
-    version: str | None,
 ) -> ParsedDump:
     n = len(entries)
     raw = _raw_entries(entries)
@@ -557,12 +556,11 @@ def _build(
         "comm_lib_version": constant(None if comm_lib is None else str(comm_lib), pa.string()),
     }
     table = pa.Table.from_arrays([columns[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
-    span = (n, record_ids[0].as_py(), record_ids[n - 1].as_py()) if n else (0, -1, -1)
     return ParsedDump(
         table=table,
+        record_id_span=(n, record_ids[0].as_py(), record_ids[n - 1].as_py()) if n else (0, -1, -1),
         source_format=source_format,
         version=version,
         backends=backends,
         groups=groups,
-        record_id_span=span,
     )

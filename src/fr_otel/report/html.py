@@ -16,6 +16,7 @@ from typing import Any
 
 from fr_otel import __version__
 from fr_otel.analysis import Analysis, Finding
+from fr_otel.analysis.findings import RANKS_IN_WORDS
 from fr_otel.analysis.stragglers import StragglerEvidence
 from fr_otel.report.build import IncidentReport
 from fr_otel.report.grid import STATES, Grid
@@ -47,12 +48,9 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-_RANKS_SHOWN = 16
-"""Ranks a list on the page names by number (the data the grid reads has them all)."""
-
-
 def _ranks_text(ranks: list[int]) -> str:
-    return listed(ranks, _RANKS_SHOWN)
+    # the page names as many ranks as a finding's sentence; the grid's data has them all
+    return listed(ranks, RANKS_IN_WORDS)
 
 
 def _group_text(finding: Finding) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fr_otel.analysis.findings import rank_list
 from fr_otel.stacks import call_site
 
 if TYPE_CHECKING:
@@ -36,10 +37,7 @@ def where(finding: Finding) -> str | None:
 
 def listed(ranks: list[int], limit: int | None = None) -> str:
     """'0, 8, 16' (sorted); past ``limit`` ranks, '0, 8, 16 and 40 more'."""
-    ordered = sorted(ranks)
-    if limit is None or len(ordered) <= limit:
-        return ", ".join(map(str, ordered))
-    return ", ".join(map(str, ordered[:limit])) + f" and {len(ordered) - limit} more"
+    return rank_list(sorted(ranks), limit=limit)
 
 
 def ranks_words(finding: Finding, *, limit: int | None = None) -> str:
