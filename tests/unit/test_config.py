@@ -73,3 +73,29 @@ def test_trace_url_templates_of_jaeger_and_grafana_are_taken(template: str) -> N
 def test_a_bad_trace_url_template_names_its_problem(template: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(problem)):
         config.trace_url(template)
+
+
+@pytest.mark.parametrize(
+    ("explicit", "environ", "expected"),
+    [
+        (None, {}, "3GB"),
+        (None, {"FR_OTEL_ANALYSIS_MEMORY": "8GB"}, "8GB"),
+        (None, {"FR_OTEL_ANALYSIS_MEMORY": " 512 MiB "}, "512 MiB"),
+        ("1.5GB", {"FR_OTEL_ANALYSIS_MEMORY": "8GB"}, "1.5GB"),
+    ],
+)
+def test_analysis_memory_precedence(
+    explicit: str | None, environ: dict[str, str], expected: str
+) -> None:
+    assert config.analysis_memory(explicit, environ) == expected
+
+
+def test_analysis_memory_falls_back_on_a_bad_environment(caplog: pytest.LogCaptureFixture) -> None:
+    assert config.analysis_memory(None, {"FR_OTEL_ANALYSIS_MEMORY": "lots"}) == "3GB"
+    assert "FR_OTEL_ANALYSIS_MEMORY" in caplog.text and "lots" in caplog.text
+
+
+@pytest.mark.parametrize("bad", ["3", "three GB", "-1GB", "3 GBs"])
+def test_a_bad_explicit_memory_limit_raises_naming_it(bad: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(repr(bad))):
+        config.analysis_memory(bad, {})

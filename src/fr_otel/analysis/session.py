@@ -110,14 +110,24 @@ class Session:
 
 @contextlib.contextmanager
 def open_session(
-    path: str | Path, *, job: str | None = None, incident: str | None = None
+    path: str | Path,
+    *,
+    job: str | None = None,
+    incident: str | None = None,
+    memory_limit: str | None = None,
 ) -> Iterator[Session]:
     """A session on ``path``: an archive, or dumps imported on the fly (``open_source``)."""
-    with open_source(path, job=job, incident=incident) as source:
+    with open_source(path, job=job, incident=incident, memory_limit=memory_limit) as source:
         yield Session(source=source)
 
 
-def analyze(path: str | Path, *, job: str | None = None, incident: str | None = None) -> Analysis:
+def analyze(
+    path: str | Path,
+    *,
+    job: str | None = None,
+    incident: str | None = None,
+    memory_limit: str | None = None,
+) -> Analysis:
     """Analyse an archive, or dumps imported on the fly (see ``open_source``)."""
-    with open_session(path, job=job, incident=incident) as session:
+    with open_session(path, job=job, incident=incident, memory_limit=memory_limit) as session:
         return session.analysis

@@ -43,6 +43,7 @@ from fr_otel.archive.incidents import (
 )
 from fr_otel.archive.layout import partition_dir
 from fr_otel.archive.manifest import Manifest, read_manifest
+from fr_otel.config import analysis_memory
 from fr_otel.errors import ArchiveError, DumpError, IncidentChoiceError
 from fr_otel.schema import RECORD_SCHEMA
 
@@ -274,9 +275,27 @@ class Source:
     """The incident's manifest, when the archive has one."""
 
 
+def connect(
+    stack: contextlib.ExitStack, memory_limit: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection, closed by ``stack``, that holds at most ``memory_limit``
+    (``config.analysis_memory``) and spills the rest into a temporary folder that
+    ``stack`` removes (DuckDB's own default is ``.tmp`` in the working directory)."""
+    spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-otel-spill-"))
+    return stack.enter_context(
+        duckdb.connect(
+            config={"memory_limit": analysis_memory(memory_limit), "temp_directory": spill}
+        )
+    )
+
+
 @contextlib.contextmanager
 def open_source(
-    path: str | Path, *, job: str | None = None, incident: str | None = None
+    path: str | Path,
+    *,
+    job: str | None = None,
+    incident: str | None = None,
+    memory_limit: str | None = None,
 ) -> Iterator[Source]:
     """Open ``path`` for analysis.
 
@@ -284,7 +303,7 @@ def open_source(
     takes (dump files, folders, globs), which is then imported into a temporary archive.
     Raises ``ArchiveError`` when there is nothing to analyse (``IncidentChoiceError``
     when there are several incidents and none was named) and ``DumpError`` when no dump
-    could be imported.
+    could be imported. ``memory_limit``: see ``connect``.
     """
     path = Path(path)
     with contextlib.ExitStack() as stack:
@@ -321,7 +340,7 @@ def open_source(
                 )
             job = incident = None  # the temporary archive holds exactly this import
         chosen = pick_incident(archive, job, incident)
-        connection = stack.enter_context(duckdb.connect())
+        connection = connect(stack, memory_limit)
         checked = register_archive(connection, archive, only=chosen)
         manifest = read_manifest(archive, chosen.job, chosen.incident)
         if manifest is not None:

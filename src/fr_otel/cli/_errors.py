@@ -109,7 +109,19 @@ def run_translating_errors(command: click.Command, argv: list[str] | None) -> in
 
 def _internal(exc: Exception) -> int:
     first = (str(exc).strip().splitlines() or [""])[0]
+    import duckdb
+
     from fr_otel.analysis.source import is_read_error
+    from fr_otel.config import FR_OTEL_ANALYSIS_MEMORY, analysis_memory
+
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        click.echo(
+            f"fr-otel: error: the analysis needs more memory than its limit"
+            f" ({analysis_memory()}, the rest spilled to disk): raise it with"
+            f" {FR_OTEL_ANALYSIS_MEMORY}=8GB, say ({first})",
+            err=True,
+        )
+        return EXIT_BAD_INPUT
 
     if is_read_error(exc):
         # DuckDB could not decode a file, and checking every page did not find which

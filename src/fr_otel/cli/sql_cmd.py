@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import re
@@ -56,10 +57,11 @@ def sql(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
 def _run(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
     import duckdb
 
-    from fr_otel.analysis.source import is_read_error, unusable_files
+    from fr_otel.analysis.source import connect, is_read_error, unusable_files
     from fr_otel.analysis.views import register_views
 
-    with duckdb.connect() as connection:
+    with contextlib.ExitStack() as stack:
+        connection = connect(stack)
         wants_findings = query is not None and re.search(r"\bfindings\b", query, re.I) is not None
         register_views(connection, archive, findings=wants_findings)
         for problem in unusable_files(connection):
