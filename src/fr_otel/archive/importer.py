@@ -527,12 +527,23 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
                 process.join(1.0)
 
 
+def _share_members(outcome: _Outcome, known: dict[tuple[int, ...], list[int]]) -> _Outcome:
+    """Point each group's member list at one list per distinct membership. Every member
+    of a group reports the same list, and a rank of an 8,192-rank job knows 9,222 member
+    ranks (its groups and the default group): a copy for every rank took 2.7 GB here."""
+    for group in outcome.groups.values():
+        if group.ranks:
+            group.ranks = known.setdefault(tuple(group.ranks), group.ranks)
+    return outcome
+
+
 def _run(tasks: list[_Task], workers: int, on_progress: ProgressCallback | None) -> list[_Outcome]:
     outcomes: list[_Outcome] = []
+    members: dict[tuple[int, ...], list[int]] = {}
     total = len(tasks)
     if workers <= 1 or total < _INLINE_MAX_FILES:
         for task in tasks:
-            outcomes.append(_load_and_stage(task))
+            outcomes.append(_share_members(_load_and_stage(task), members))
             if on_progress:
                 on_progress(len(outcomes), total)
         return outcomes
@@ -545,8 +556,12 @@ def _run(tasks: list[_Task], workers: int, on_progress: ProgressCallback | None)
     )
     try:
         futures = [pool.submit(_load_and_stage, task) for task in tasks]
-        for future in as_completed(futures):
-            outcomes.append(future.result())
+        done = as_completed(futures)
+        # as_completed lets go of each future it yields: with no list of them here, each
+        # result's own member lists are freed once shared
+        del futures
+        for future in done:
+            outcomes.append(_share_members(future.result(), members))
             if on_progress:
                 on_progress(len(outcomes), total)
     except BaseException:
