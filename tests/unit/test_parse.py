@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from fr_otel.dumps.parse import decode_dump, dump_to_table, split_profiling_name
 from fr_otel.errors import DumpError
 from fr_otel.schema import RECORD_SCHEMA
+from fr_otel.sim import FleetSpec, simulate, write_fleet
 from tests.fr_dumps import FRAMES, as_json_bytes, fr_dump, fr_entry
 
 
@@ -172,3 +174,18 @@ def test_a_run_folder_in_a_dumps_path_names_its_run() -> None:
     assert run_id_of(path) == "20261201T064000Z-3fa2b1c0"
     assert run_id_of("dumps/nccl_trace_rank_0") is None
     assert run_id_of("dumps/rerun=1/x") is None
+
+
+def test_every_row_carries_its_groups_members_as_pg_config_lists_them(tmp_path: Path) -> None:
+    files = write_fleet(simulate(FleetSpec(world=16, entries=300, tp=2, pp=2)), tmp_path)
+    for path in files[:4]:
+        data = path.read_bytes()
+        members = {
+            name: sorted(int(r) for r in config["ranks"].strip("[]").split(","))
+            for name, config in pickle.loads(data)["pg_config"].items()
+        }
+        table = _table(data)
+        rows = table.select(["pg_name", "pg_ranks"]).to_pylist()
+        assert len({r["pg_name"] for r in rows}) >= 3, "a rank of a 3D job is in 3 groups"
+        for row in rows:
+            assert sorted(row["pg_ranks"]) == members[row["pg_name"]], (path, row["pg_name"])
