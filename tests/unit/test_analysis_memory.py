@@ -68,3 +68,15 @@ def test_a_limit_too_small_to_work_in_is_an_error_that_names_the_variable(
     assert code == 2, err
     assert "FR_OTEL_ANALYSIS_MEMORY" in err and "2MB" in err
     assert "internal error" not in err
+
+
+def test_sql_under_a_limit_too_small_names_the_variable_too(
+    archive: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FR_OTEL_ANALYSIS_MEMORY", "2MB")
+    query = "SELECT rank, list(record_id ORDER BY time_created_ns) FROM entries GROUP BY rank"
+    code = main(["sql", str(archive), query])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "FR_OTEL_ANALYSIS_MEMORY" in err and "2MB" in err
+    assert "internal error" not in err and "query failed" not in err

@@ -116,9 +116,9 @@ def _internal(exc: Exception) -> int:
 
     if isinstance(exc, duckdb.OutOfMemoryException):
         click.echo(
-            f"fr-otel: error: the analysis needs more memory than its limit"
-            f" ({analysis_memory()}, the rest spilled to disk): raise it with"
-            f" {FR_OTEL_ANALYSIS_MEMORY}=8GB, say ({first})",
+            f"fr-otel: error: DuckDB needs more memory than {FR_OTEL_ANALYSIS_MEMORY} allows"
+            f" ({analysis_memory()}; past it, it spills to disk): raise it, e.g."
+            f" {FR_OTEL_ANALYSIS_MEMORY}=8GB ({first})",
             err=True,
         )
         return EXIT_BAD_INPUT

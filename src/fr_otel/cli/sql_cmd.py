@@ -72,8 +72,8 @@ def _run(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
         try:
             relation = connection.sql(query)
         except duckdb.Error as exc:
-            if is_read_error(exc):
-                raise  # a damaged file: read again, checking every page
+            if is_read_error(exc) or isinstance(exc, duckdb.OutOfMemoryException):
+                raise  # a damaged file: read again, checking every page; memory: see _errors
             raise click.ClickException(f"query failed: {exc}") from None
         if relation is None:
             return EXIT_OK
