@@ -391,7 +391,8 @@ def _repeated_lists(lists: list[list[int] | None], index: pa.Array) -> pa.Array:
         return pa.array(lists, type=pa.list_(pa.int64())).take(index)
     arrays = [pa.array(ranks, type=pa.int64()) for ranks in lists]
     lengths = pa.array([len(ranks) for ranks in arrays], type=pa.int32()).take(index)
-    offsets = pa.concat_arrays([pa.array([0], type=pa.int32()), pc.cumulative_sum(lengths)])
+    # checked: past 2**31 values the int32 offsets would wrap; this raises instead
+    offsets = pa.concat_arrays([pa.array([0], type=pa.int32()), pc.cumulative_sum_checked(lengths)])
     values = pa.concat_arrays([arrays[i] for i in index.to_pylist()])
     return pa.ListArray.from_arrays(offsets, values)
 
