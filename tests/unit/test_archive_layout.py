@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fr_otel.archive.layout import commit_staged, rank_file, write_staged
@@ -15,7 +16,7 @@ WORLD = 8192
 ROWS = 400
 
 
-def _big_group_table():  # type: ignore[no-untyped-def]
+def _big_group_table() -> pa.Table:
     members = list(range(WORLD))
     tp = list(range(8))
     frames = [{"name": "step", "filename": "/srv/train/loop.py", "line": 141}]
@@ -33,7 +34,7 @@ def _big_group_table():  # type: ignore[no-untyped-def]
     return canonical_table(rows)
 
 
-def _write(table, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+def _write(table: pa.Table, tmp_path: Path) -> Path:
     final = rank_file(tmp_path, "job", "inc", 0)
     commit_staged(write_staged(table, final), final)
     return final
