@@ -121,7 +121,11 @@ def check_rank_file(path: Path, *, pages: bool = False) -> RankFile:
             f" fr_otel reads version {SCHEMA_VERSION} (import the dumps again, or use the"
             " fr_otel that wrote it)",
         )
-    columns = frozenset(name.split(".", 1)[0] for name in metadata.schema.names)
+    # by path: ``schema.names`` are leaf names, "element" for every list
+    parquet_schema = metadata.schema
+    columns = frozenset(
+        parquet_schema.column(i).path.split(".", 1)[0] for i in range(len(parquet_schema))
+    )
     if version is None:
         _check_columns(path, metadata)
     if pages:
