@@ -49,6 +49,11 @@ def verifying_pages() -> Iterator[None]:
         _verify_pages.reset(token)
 
 
+def pages_verified() -> bool:
+    """Whether ``check_files`` decodes every page here (within ``verifying_pages``)."""
+    return _verify_pages.get()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RankFile:
     """A rank file that can be read, and what its footer says."""
@@ -223,7 +228,7 @@ class CheckedFiles:
 def check_files(paths: Iterable[Path]) -> CheckedFiles:
     """Check every file (see ``check_rank_file``), a few at a time."""
     files = sorted(paths)
-    pages = _verify_pages.get()  # read here: the pool's threads do not see it
+    pages = pages_verified()  # read here: the pool's threads do not see it
 
     def one(path: Path) -> RankFile | DumpError:
         try:

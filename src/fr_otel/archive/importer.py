@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fr_otel import config
+from fr_otel.archive.checks import RankFile, partition_of
 from fr_otel.archive.layout import (
     ImportLock,
     commit_staged,
@@ -76,10 +77,13 @@ from fr_otel.dumps.membership import (
 from fr_otel.dumps.parse import GroupSeen
 from fr_otel.errors import ArchiveError, ConfigError, DumpError
 from fr_otel.pathnames import printable
+from fr_otel.schema import RECORD_SCHEMA
 
 ProgressCallback = Callable[[int, int], None]
 """Called with (files done, files total) as the import goes."""
 
+_WRITTEN_COLUMNS = frozenset(RECORD_SCHEMA.names)
+"""A dump's table has the canonical columns (``dump_to_table``), and so has its file."""
 _INLINE_MAX_FILES = 4
 """Below this many files a worker pool costs more than it saves."""
 
@@ -122,6 +126,9 @@ class ImportReport:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     """(file, what) for what was imported but cannot be vouched for."""
     files_written: list[Path] = field(default_factory=list)
+    rank_files: list[RankFile] = field(default_factory=list)
+    """What each file of ``files_written`` holds, as ``check_files`` would read it from the
+    footer: an analysis of what this import just wrote need not read those footers again."""
     twins_skipped: list[Path] = field(default_factory=list)
     """Same buffer in a second encoding (``rank_3`` and ``rank_3.json``): one kept, pickle first."""
     strict_aborted: bool = False
@@ -972,6 +979,18 @@ def _finish(
         commit_staged(outcome.staged, outcome.task.final)
         outcome.staged = None
         report.files_written.append(outcome.task.final)
+        job, incident, rank = partition_of(outcome.task.final)
+        report.rank_files.append(
+            RankFile(
+                path=outcome.task.final,
+                job=job,
+                incident=incident,
+                rank=rank,
+                rows=outcome.rows,
+                time_span=outcome.time_span,
+                columns=_WRITTEN_COLUMNS,
+            )
+        )
         report.entries += outcome.rows
     report.ranks = sorted({rank for (_, rank), o in kept.items() if o.rows})
     report.incidents = sorted(
