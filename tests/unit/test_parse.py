@@ -86,6 +86,25 @@ def test_p2p_peer_is_mapped_from_group_local_to_global_rank() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("ranks", "expected"),
+    [
+        ("[2, 6]", [2, 6]),  # NCCL's pg_config: a JSON string
+        ([2, 6], [2, 6]),  # already a list
+        ("[2, true]", [2, 1]),  # JSON's true is an int to Python: kept as one
+        ("[2, 6.0]", None),  # anything but ints: the members are unknown
+        ([2, "6"], None),
+        ("[2, 6", None),  # not JSON
+        ("[]", None),
+    ],
+)
+def test_a_groups_member_list_is_ints_or_unknown(ranks: object, expected: object) -> None:
+    config = {"5": {"name": "5", "desc": "mesh_pp", "ranks": ranks}}
+    entry = fr_entry(record_id=0, seq=0, pg=("5", "mesh_pp"))
+    rows = _table(pickle.dumps(fr_dump([entry], pg_config=config), protocol=2), 2).to_pylist()
+    assert rows[0]["pg_ranks"] == expected
+
+
 def test_gloo_pg_config_is_not_trusted() -> None:
     broken = {"": {"name": "", "desc": "", "ranks": "[]"}}
     entry = fr_entry(record_id=0, seq=1, op="gloo:all_reduce")
