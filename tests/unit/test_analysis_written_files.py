@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.analysis import analyze
@@ -15,6 +16,22 @@ from fr_otel.analysis.source import open_source
 from fr_otel.archive import checks, import_dumps
 from fr_otel.archive.checks import check_files, verifying_pages
 from fr_otel.sim import FleetSpec, simulate, write_fleet
+from tests.fr_dumps import fr_dump, fr_entry, write_pickle
+
+
+def _replica_dumps(folder: Path) -> Path:
+    """Two replicas whose groups share a name ("1": ranks 0-1, and ranks 2-3), as
+    torchft's do: each rank's rows hold its own group's members."""
+    world = {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}
+    for rank in range(4):
+        pair = "[0, 1]" if rank < 2 else "[2, 3]"
+        config = {"0": world, "1": {"name": "1", "desc": "replica", "ranks": pair}}
+        steps = 5 if rank == 3 else 6  # rank 3 skips its replica's last all-reduce
+        entries = [fr_entry(record_id=i, seq=i + 1, pg=("1", "replica")) for i in range(steps)] + [
+            fr_entry(record_id=steps, seq=1)
+        ]
+        write_pickle(folder / f"nccl_trace_rank_{rank}", fr_dump(entries, pg_config=config))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +86,49 @@ def test_verifying_pages_reads_every_footer_again(dumps: Path, monkeypatch: Any)
     with verifying_pages(), open_source(dumps):
         pass
     assert len(read) == 8
+
+
+def _src(connection: Any) -> list[tuple[Any, ...]]:
+    return connection.execute(
+        "SELECT rank, record_id, pg_name, pg_ranks, pg_ranks_inferred, peer FROM src"
+        " ORDER BY rank, record_id"
+    ).fetchall()
+
+
+CASES = sorted(
+    p.name
+    for p in (Path(__file__).resolve().parents[1] / "data").iterdir()
+    if p.name.startswith(("gloo_", "workload_"))
+)
+
+
+@pytest.mark.parametrize("case", ["simulated", "replicas", *CASES])
+def test_dumps_analysed_without_member_lists_in_files_read_as_the_archive(
+    case: str, dumps: Path, tmp_path: Path
+) -> None:
+    """The temporary archive of an analysis of dumps leaves each row's group members out
+    of its files (at 8,192 ranks most of a file's write) and ``src`` puts them back:
+    every row reads as it does from an archive that ``fr-otel import`` wrote, for real
+    gloo jobs (members inferred, torchft quorums, subgroups) and simulated NCCL ones."""
+    folder = (
+        dumps
+        if case == "simulated"
+        else _replica_dumps(tmp_path / "replicas")
+        if case == "replicas"
+        else Path(__file__).resolve().parents[1] / "data" / case
+    )
+    import_dumps([folder], archive=tmp_path / "archive", workers=1)
+    with open_source(tmp_path / "archive") as imported:
+        if case == "replicas":  # members by rank, not by name: two lists for group "1"
+            lists = {tuple(r[3]) for r in _src(imported.connection) if r[2] == "1"}
+            assert lists == {(0, 1), (2, 3)}
+        expected = _src(imported.connection)
+        groups = imported.connection.execute(
+            "SELECT count(DISTINCT pg_ranks) FROM src WHERE pg_ranks IS NOT NULL"
+        ).fetchone()
+    assert groups is not None and groups[0] >= 1
+    with open_source(folder) as source:
+        (path,) = source.connection.execute("SELECT min(path) FROM src_rank_files").fetchone()
+        assert "pg_ranks" not in pq.read_schema(path).names
+        assert _src(source.connection) == expected
+    assert analyze(folder).to_dict() == analyze(tmp_path / "archive").to_dict()

@@ -116,6 +116,7 @@ def register_archive(
     *,
     only: Incident | None = None,
     written: list[RankFile] | None = None,
+    members: RankMembers | None = None,
 ) -> CheckedFiles:
     """Make ``src`` a view over the rows of ``archive`` (of one incident when ``only``),
     in the current canonical schema. Columns that older files lack read as NULL.
@@ -125,7 +126,9 @@ def register_archive(
     Raises ``ArchiveError`` when no file at all can be read. ``written``: every rank file
     there, as the import that just wrote them describes them (``ImportReport.rank_files``),
     so their footers are not read again (at 8,192 ranks that took 5-8 s); they are when
-    every page is being verified (``verifying_pages``).
+    every page is being verified (``verifying_pages``). ``members``: each rank's groups'
+    members, for files written without ``pg_ranks`` (``ImportReport.members``): ``src``
+    reads the column from them.
     """
     if written is not None and not pages_verified():
         checked = CheckedFiles(good=sorted(written, key=lambda f: f.path))
@@ -154,6 +157,11 @@ def register_archive(
             else archive / "job=*" / "incident=*" / "*.parquet"
         )
         files = _quote(glob.as_posix())
+    if members is not None:
+        _register_members(connection, members)
+    else:  # an earlier registration's, in this connection
+        connection.execute("DROP TABLE IF EXISTS src_rank_groups")
+        connection.execute("DROP TABLE IF EXISTS src_memberships")
     # files written by one fr_otel share their columns; an archive may mix versions
     union = len({f.columns for f in checked.good}) > 1
     connection.execute(f"CREATE OR REPLACE VIEW src_files AS SELECT * FROM {_scan(files, union)}")
@@ -184,16 +192,73 @@ def _scan(files: str, union: bool) -> str:
     )
 
 
+RankMembers = dict[tuple[str, int], dict[str, list[int] | None]]
+"""(incident, rank) -> group name -> the group's members (``ImportReport.members``)."""
+
+_MEMBERS_OF_ROW = (
+    "(SELECT m.ranks FROM src_rank_groups g JOIN src_memberships m ON m.key = g.key"
+    " WHERE g.incident = r.incident AND g.rank = r.rank AND g.pg_name = r.pg_name)"
+)
+"""A row's ``pg_ranks`` where its file has none: its rank's member list of its group."""
+
+
+def _register_members(connection: duckdb.DuckDBPyConnection, members: RankMembers) -> None:
+    """Tables ``src_memberships`` (key, ranks: each distinct member list once) and
+    ``src_rank_groups`` (incident, rank, pg_name, key), which ``_canonical`` reads."""
+    lists: list[list[int]] = []
+    by_content: dict[tuple[int, ...], int] = {}
+    by_identity: dict[int, int] = {}  # the import shares one list per membership
+    rows: dict[str, list[object]] = {"incident": [], "rank": [], "pg_name": [], "key": []}
+    for (incident, rank), groups in members.items():
+        for name, ranks in groups.items():
+            if ranks is None:
+                continue  # no row: the subquery's NULL
+            key = by_identity.get(id(ranks))
+            if key is None:
+                key = by_identity[id(ranks)] = by_content.setdefault(tuple(ranks), len(lists))
+                if key == len(lists):
+                    lists.append(ranks)
+            for column, value in zip(rows, (incident, rank, name, key), strict=True):
+                rows[column].append(value)
+    memberships = pa.table(
+        {
+            "key": pa.array(range(len(lists)), pa.int32()),
+            "ranks": pa.array(lists, RECORD_SCHEMA.field("pg_ranks").type),
+        }
+    )
+    rank_groups = pa.table(
+        {
+            "incident": pa.array(rows["incident"], pa.string()),
+            "rank": pa.array(rows["rank"], pa.int64()),
+            "pg_name": pa.array(rows["pg_name"], pa.string()),
+            "key": pa.array(rows["key"], pa.int32()),
+        }
+    )
+    for name, table in (("src_memberships", memberships), ("src_rank_groups", rank_groups)):
+        # not TEMP, as src_rank_files
+        connection.register(f"{name}_arrow", table)
+        connection.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM {name}_arrow")
+        connection.unregister(f"{name}_arrow")
+
+
 def _canonical(connection: duckdb.DuckDBPyConnection, relation: str) -> str:
-    """SELECT of ``relation``'s rows in the current schema (what it lacks as NULL)."""
+    """SELECT of ``relation``'s rows in the current schema (what it lacks as NULL, but
+    ``pg_ranks`` from ``src_rank_groups`` when there is one: ``_register_members``)."""
     present = {row[0] for row in connection.execute(f"DESCRIBE {relation}").fetchall()}
+    members = "pg_ranks" not in present and bool(
+        connection.execute(
+            "SELECT 1 FROM duckdb_tables() WHERE table_name = 'src_rank_groups' AND NOT temporary"
+        ).fetchall()
+    )
     columns = [
         name
         if name in present
+        else f"{_MEMBERS_OF_ROW} AS {name}"
+        if name == "pg_ranks" and members
         else f"CAST(NULL AS {_sql_type(RECORD_SCHEMA.field(name).type)}) AS {name}"
         for name in RECORD_SCHEMA.names
     ]
-    return f"SELECT {', '.join(columns)} FROM {relation}"
+    return f"SELECT {', '.join(columns)} FROM {relation} AS r"
 
 
 def rows_of_ranks(
@@ -320,13 +385,17 @@ def open_source(
     with contextlib.ExitStack() as stack:
         problems: list[DumpError] = []
         written: list[RankFile] | None = None
+        members: RankMembers | None = None
         if is_archive(path):
             archive = path
         else:
             from fr_otel.archive import import_dumps
 
             archive = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-otel-")))
-            report = import_dumps([path], archive=archive, job=job, incident=incident)
+            report = import_dumps(
+                [path], archive=archive, job=job, incident=incident, members_in_files=False
+            )
+            members = report.members
             problems = report.problems
             if not report.files_written:
                 unusable = [p for p in problems if p.problem != "missing"]
@@ -362,6 +431,7 @@ def open_source(
             written=None
             if written is None
             else [f for f in written if (f.job, f.incident) == (chosen.job, chosen.incident)],
+            members=members,
         )
         manifest = read_manifest(archive, chosen.job, chosen.incident)
         if manifest is not None:

@@ -126,6 +126,9 @@ class ImportReport:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     """(file, what) for what was imported but cannot be vouched for."""
     files_written: list[Path] = field(default_factory=list)
+    members: dict[tuple[str, int], dict[str, list[int] | None]] = field(default_factory=dict)
+    """(incident, rank) -> group name -> its members, for the files written without
+    ``pg_ranks`` (``import_dumps(members_in_files=False)``)."""
     rank_files: list[RankFile] = field(default_factory=list)
     """What each file of ``files_written`` holds, as ``check_files`` would read it from the
     footer: an analysis of what this import just wrote need not read those footers again."""
@@ -208,6 +211,8 @@ class _Task:
     """The import's lock token, carried by its temporary files' names."""
     base: str = ""
     """The incident before runs were told apart (with its quorum suffix: ``quorum``)."""
+    members_in_file: bool = True
+    """Write ``pg_ranks`` into the rank file (see ``import_dumps``)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -231,6 +236,9 @@ class _Outcome:
     run_id: str | None = None
     """The launch's id, when the dump's path names it (``run=R/``, the recorder's)."""
     dump_time_ns: int = 0
+    members: dict[str, list[int] | None] | None = None
+    """Group name -> members as its file's rows have them once memberships were inferred,
+    for a file written without ``pg_ranks`` (else: ``groups``)."""
 
 
 def _load_and_stage(task: _Task) -> _Outcome:
@@ -238,11 +246,15 @@ def _load_and_stage(task: _Task) -> _Outcome:
         parsed = load_dump_file(task.dump, job=task.job, incident=task.incident)
     except DumpError as exc:
         return _Outcome(task=task, error=exc)
+    table = parsed.table
     try:
-        staged = write_staged(parsed.table, task.final, task.owner)
+        staged = write_staged(
+            table if task.members_in_file else table.drop_columns(["pg_ranks"]),
+            task.final,
+            task.owner,
+        )
     except ArchiveError as exc:
         return _Outcome(task=task, archive_error=exc)
-    table = parsed.table
     world = next(
         (len(g.ranks) for g in parsed.groups.values() if g.desc == "default_pg" and g.ranks),
         None,
@@ -313,7 +325,13 @@ def _quorum_name(base: str, quorum: str | None) -> str:
 
 
 def _plan(
-    files: list[DumpFile], *, archive: Path, job: str, incident: str | None, owner: str | None
+    files: list[DumpFile],
+    *,
+    archive: Path,
+    job: str,
+    incident: str | None,
+    owner: str | None,
+    members_in_files: bool,
 ) -> list[_Task]:
     by_quorum: dict[str | None, list[DumpFile]] = {}
     for dump in files:
@@ -333,6 +351,7 @@ def _plan(
                     final=rank_file(archive, job, name, rank),
                     owner=owner,
                     base=name,
+                    members_in_file=members_in_files,
                 )
             )
     return tasks
@@ -621,7 +640,20 @@ def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportRepor
         report.memberships[incident] = memberships
         for outcome in members.values():
             if outcome.incomplete_membership and outcome.staged is not None:
-                table = apply_memberships(pq.read_table(outcome.staged), memberships)
+                table = pq.read_table(outcome.staged)
+                in_file = outcome.task.members_in_file
+                if not in_file:
+                    table = _with_members(table, {n: g.ranks for n, g in outcome.groups.items()})
+                table = apply_memberships(table, memberships)
+                if not in_file:
+                    outcome.members = dict(
+                        zip(
+                            table.column("pg_name").to_pylist(),
+                            table.column("pg_ranks").to_pylist(),
+                            strict=True,
+                        )
+                    )
+                    table = table.drop_columns(["pg_ranks"])
                 restaged = write_staged(table, outcome.task.final, outcome.task.owner)
                 discard_staged(outcome.staged)
                 outcome.staged = restaged
@@ -630,6 +662,13 @@ def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportRepor
         expected = expected_ranks(memberships.values()) | empty
         report.missing_ranks.extend(sorted(expected - (set(members) - empty)))
         report.groups += len(memberships)
+
+
+def _with_members(table: pa.Table, members: dict[str, list[int] | None]) -> pa.Table:
+    """``table`` (written without ``pg_ranks``) with the column put back, by group name."""
+    field_ = RECORD_SCHEMA.field("pg_ranks")
+    column = pa.array([members.get(n) for n in table.column("pg_name").to_pylist()], field_.type)
+    return table.add_column(RECORD_SCHEMA.get_field_index("pg_ranks"), field_, column)
 
 
 def _write_manifest(archive: Path, job: str, incident: str, report: ImportReport) -> Manifest:
@@ -654,6 +693,7 @@ def import_dumps(
     strict: bool = False,
     workers: int | None = None,
     on_progress: ProgressCallback | None = None,
+    members_in_files: bool = True,
 ) -> ImportReport:
     """Import Flight Recorder dumps (files, directories or globs) into an archive.
 
@@ -667,6 +707,11 @@ def import_dumps(
     partial is left) and ``ConfigError`` for an unusable job or incident name, or for
     spans and dumps given together. Interrupted (``KeyboardInterrupt``), it stops its
     workers and leaves no temporary file.
+
+    ``members_in_files=False`` leaves ``pg_ranks`` (each row's group members) out of the
+    rank files and puts each rank's groups in ``report.members`` instead: for an archive
+    that only ``open_source`` reads, which puts the column back. A default group's list
+    is on every one of its rows: at 8,192 ranks it is two thirds of a rank file's write.
     """
     archive_path = config.archive_dir(archive)
     job_value = config.job_name(job)
@@ -700,7 +745,12 @@ def import_dumps(
         return report
     lock = ImportLock(archive_path, job_value, ())
     tasks = _plan(
-        discovery.files, archive=archive_path, job=job_value, incident=incident, owner=lock.token
+        discovery.files,
+        archive=archive_path,
+        job=job_value,
+        incident=incident,
+        owner=lock.token,
+        members_in_files=members_in_files,
     )
     lock.add(t.incident for t in tasks)
     outcomes: list[_Outcome] = []
@@ -988,9 +1038,17 @@ def _finish(
                 rank=rank,
                 rows=outcome.rows,
                 time_span=outcome.time_span,
-                columns=_WRITTEN_COLUMNS,
+                columns=_WRITTEN_COLUMNS
+                if outcome.task.members_in_file
+                else _WRITTEN_COLUMNS - {"pg_ranks"},
             )
         )
+        if not outcome.task.members_in_file and rank is not None:
+            report.members[(incident, rank)] = (
+                outcome.members
+                if outcome.members is not None
+                else {name: group.ranks for name, group in outcome.groups.items()}
+            )
         report.entries += outcome.rows
     report.ranks = sorted({rank for (_, rank), o in kept.items() if o.rows})
     report.incidents = sorted(
