@@ -1029,12 +1029,12 @@ def _finish(
         commit_staged(outcome.staged, outcome.task.final)
         outcome.staged = None
         report.files_written.append(outcome.task.final)
-        job, incident, rank = partition_of(outcome.task.final)
+        file_job, file_incident, rank = partition_of(outcome.task.final)
         report.rank_files.append(
             RankFile(
                 path=outcome.task.final,
-                job=job,
-                incident=incident,
+                job=file_job,
+                incident=file_incident,
                 rank=rank,
                 rows=outcome.rows,
                 time_span=outcome.time_span,
@@ -1044,7 +1044,7 @@ def _finish(
             )
         )
         if not outcome.task.members_in_file and rank is not None:
-            report.members[(incident, rank)] = (
+            report.members[(file_incident, rank)] = (
                 outcome.members
                 if outcome.members is not None
                 else {name: group.ranks for name, group in outcome.groups.items()}
