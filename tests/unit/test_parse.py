@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from fr_otel.dumps.parse import decode_dump, dump_to_table, split_profiling_name
+from fr_otel.dumps.membership import needs_membership
+from fr_otel.dumps.parse import ParsedDump, decode_dump, dump_to_table, split_profiling_name
 from fr_otel.errors import DumpError
 from fr_otel.schema import RECORD_SCHEMA
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 from tests.fr_dumps import FRAMES, as_json_bytes, fr_dump, fr_entry
+
+
+def _parsed(dump: dict[str, Any], *, rank: int = 0, members_column: bool = True) -> ParsedDump:
+    """A decoded pickle dump's rows, as an import of file "d" makes them."""
+    return dump_to_table(
+        dump,
+        path="d",
+        source_format="pickle",
+        job="j",
+        incident="i",
+        rank=rank,
+        dump_time_ns=None,
+        members_column=members_column,
+    )
 
 
 def _table(data: bytes, rank: int = 0) -> pa.Table:
@@ -158,30 +174,14 @@ def test_entries_missing_required_fields_are_corrupt() -> None:
     entry = fr_entry(record_id=0, seq=1)
     del entry["process_group"]
     with pytest.raises(DumpError, match="entry 0 has no 'process_group'"):
-        dump_to_table(
-            fr_dump([entry]),
-            path="d",
-            source_format="pickle",
-            job="j",
-            incident="i",
-            rank=0,
-            dump_time_ns=None,
-        )
+        _parsed(fr_dump([entry]))
 
 
 def test_odd_scalar_types_are_coerced() -> None:
     entry = fr_entry(record_id=0, seq=1)
     entry["thread_id"] = 12345  # an int, not the string torch writes
     entry["collective_seq_id"] = "1"
-    table = dump_to_table(
-        fr_dump([entry]),
-        path="d",
-        source_format="pickle",
-        job="j",
-        incident="i",
-        rank=0,
-        dump_time_ns=None,
-    ).table
+    table = _parsed(fr_dump([entry])).table
     row = table.to_pylist()[0]
     assert (row["thread_id"], row["collective_seq_id"]) == ("12345", 1)
 
@@ -208,3 +208,21 @@ def test_every_row_carries_its_groups_members_as_pg_config_lists_them(tmp_path: 
         assert len({r["pg_name"] for r in rows}) >= 3, "a rank of a 3D job is in 3 groups"
         for row in rows:
             assert sorted(row["pg_ranks"]) == members[row["pg_name"]], (path, row["pg_name"])
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_a_table_without_member_lists_is_the_same_rows_less_that_column(
+    tmp_path: Path, backend: str
+) -> None:
+    files = write_fleet(simulate(FleetSpec(world=8, entries=200, tp=2)), tmp_path)
+    dump = pickle.loads(files[3].read_bytes())
+    if backend == "gloo":  # its pg_config is not trusted: no row has members
+        for entry in dump["entries"]:
+            entry["profiling_name"] = entry["profiling_name"].replace("nccl:", "gloo:")
+    full, lean = _parsed(dump, rank=3), _parsed(dump, rank=3, members_column=False)
+    assert lean.table.equals(full.table.drop_columns(["pg_ranks"]))
+    assert lean.groups == full.groups
+    # the groups tell whether rows lack members, with or without the column
+    lacking = bool(full.table.column("pg_ranks").null_count)
+    assert lacking is (backend == "gloo")
+    assert needs_membership(lean.groups) is lacking

@@ -243,16 +243,14 @@ class _Outcome:
 
 def _load_and_stage(task: _Task) -> _Outcome:
     try:
-        parsed = load_dump_file(task.dump, job=task.job, incident=task.incident)
+        parsed = load_dump_file(
+            task.dump, job=task.job, incident=task.incident, members_column=task.members_in_file
+        )
     except DumpError as exc:
         return _Outcome(task=task, error=exc)
     table = parsed.table
     try:
-        staged = write_staged(
-            table if task.members_in_file else table.drop_columns(["pg_ranks"]),
-            task.final,
-            task.owner,
-        )
+        staged = write_staged(table, task.final, task.owner)
     except ArchiveError as exc:
         return _Outcome(task=task, archive_error=exc)
     world = next(
@@ -276,7 +274,7 @@ def _load_and_stage(task: _Task) -> _Outcome:
         span=parsed.record_id_span,
         source_format=parsed.source_format,
         groups=parsed.groups,
-        incomplete_membership=needs_membership(table),
+        incomplete_membership=needs_membership(parsed.groups),
         warnings=parsed.warnings,
         time_span=_time_span(table),
         fr_version=parsed.version,

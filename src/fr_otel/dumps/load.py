@@ -25,8 +25,11 @@ def _open(path: Path) -> BinaryIO:
         raise DumpError(path, "unreadable", exc.strerror or str(exc)) from None
 
 
-def load_dump_file(dump: DumpFile, *, job: str, incident: str) -> LoadedDump:
-    """Read, decode (safely) and convert one dump file."""
+def load_dump_file(
+    dump: DumpFile, *, job: str, incident: str, members_column: bool = True
+) -> LoadedDump:
+    """Read, decode (safely) and convert one dump file (``members_column``: see
+    ``dump_to_table``)."""
     if dump.rank is None:
         raise DumpError(
             dump.path,
@@ -46,4 +49,5 @@ def load_dump_file(dump: DumpFile, *, job: str, incident: str) -> LoadedDump:
         incident=incident,
         rank=dump.rank,
         dump_time_ns=mtime_ns,
+        members_column=members_column,
     )

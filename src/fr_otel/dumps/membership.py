@@ -86,9 +86,10 @@ def expected_ranks(memberships: Iterable[Membership]) -> set[int]:
     return ranks
 
 
-def needs_membership(table: pa.Table) -> bool:
-    """Whether some rows still lack ``pg_ranks``."""
-    return bool(table.column("pg_ranks").null_count)
+def needs_membership(groups: Mapping[str, GroupSeen]) -> bool:
+    """Whether some rows of a dump lack ``pg_ranks``: those of a group without members
+    (``ParsedDump.groups`` are its rows' groups, whether or not its table has the column)."""
+    return any(group.ranks is None for group in groups.values())
 
 
 def apply_memberships(table: pa.Table, memberships: Mapping[str, Membership]) -> pa.Table:

@@ -30,6 +30,7 @@ _PROFILING_NAME = re.compile(
 )
 _P2P_META = re.compile(r"^\s*(?P<me>\d+)\s*(?:->|<-)\s*(?P<peer>\d+)\s*$")
 _REQUIRED_ENTRY_KEYS = ("record_id", "process_group", "profiling_name")
+_WITHOUT_MEMBERS = RECORD_SCHEMA.remove(RECORD_SCHEMA.get_field_index("pg_ranks"))
 
 # Backends whose pg_config torch records wrongly: every gloo group lands under the key
 # '' with the ranks of whichever group was created last.
@@ -418,10 +419,13 @@ def dump_to_table(
     incident: str,
     rank: int,
     dump_time_ns: int | None,
+    members_column: bool = True,
 ) -> ParsedDump:
     """Turn one decoded dump into canonical rows.
 
     Raises ``DumpError`` (``foreign``/``corrupt``) when the dump's structure is not FR's.
+    ``members_column=False``: the table leaves out ``pg_ranks``, for a file written
+    without it (``import_dumps(members_in_files=False)``); ``groups`` still has them.
     """
     version = dump.get("version")
     version = str(version) if version is not None else None
@@ -436,7 +440,16 @@ def dump_to_table(
                 raise DumpError(path, "corrupt", f"entry {index} has no '{key}' field")
     try:
         parsed = _build(
-            dump, entries, path, source_format, version, job, incident, rank, dump_time_ns
+            dump,
+            entries,
+            path,
+            source_format,
+            version,
+            job,
+            incident,
+            rank,
+            dump_time_ns,
+            members_column,
         )
     except (TypeError, ValueError, IndexError, pa.ArrowException) as exc:
         raise DumpError(path, "corrupt", f"unexpected field contents ({exc})") from None
@@ -461,6 +474,7 @@ def _build(
     incident: str,
     rank: int,
     dump_time_ns: int | None,
+    members_column: bool,
 ) -> ParsedDump:
     n = len(entries)
     raw = _raw_entries(entries)
@@ -540,7 +554,7 @@ def _build(
         "pg_id": raw.field("pg_id"),
         "pg_name": pa.array(name_values, type=pa.string()).take(name_index),
         "pg_desc": desc_column,
-        "pg_ranks": _repeated_lists(group_ranks, name_index),
+        "pg_ranks": _repeated_lists(group_ranks, name_index) if members_column else None,
         "pg_ranks_inferred": constant(False, pa.bool_()),
         "record_id": record_ids,
         "collective_seq_id": raw.field("collective_seq_id"),
@@ -575,7 +589,8 @@ def _build(
         "fr_version": constant(version, pa.string()),
         "comm_lib_version": constant(None if comm_lib is None else str(comm_lib), pa.string()),
     }
-    table = pa.Table.from_arrays([columns[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+    schema = RECORD_SCHEMA if members_column else _WITHOUT_MEMBERS
+    table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
     return ParsedDump(
         table=table,
         record_id_span=(n, record_ids[0].as_py(), record_ids[n - 1].as_py()) if n else (0, -1, -1),
