@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -47,6 +47,9 @@ from fr_otel.archive.manifest import Manifest, read_manifest
 from fr_otel.config import analysis_memory
 from fr_otel.errors import ArchiveError, DumpError, IncidentChoiceError
 from fr_otel.schema import RECORD_SCHEMA
+
+if TYPE_CHECKING:  # the importer itself is loaded only to import dumps
+    from fr_otel.archive.importer import RankMembers
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -174,13 +177,7 @@ def register_archive(
             "path": pa.array([f.path.as_posix() for f in checked.good], pa.string()),
         }
     )
-    # not TEMP: like the views, seen by the connection's cursors (fr-otel sql's); from
-    # Arrow, not executemany, which inserts a row at a time (0.65 s for 1,024 files)
-    connection.register("src_rank_files_arrow", files_table)
-    connection.execute(
-        "CREATE OR REPLACE TABLE src_rank_files AS SELECT * FROM src_rank_files_arrow"
-    )
-    connection.unregister("src_rank_files_arrow")
+    _copy_table(connection, "src_rank_files", files_table)
     prepare(connection)  # the rules queries over src share (entry_p2p, entry_done)
     return checked
 
@@ -192,8 +189,14 @@ def _scan(files: str, union: bool) -> str:
     )
 
 
-RankMembers = dict[tuple[str, int], dict[str, list[int] | None]]
-"""(incident, rank) -> group name -> the group's members (``ImportReport.members``)."""
+def _copy_table(connection: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    """Table ``name``, a copy of ``table``. Not TEMP: like the views, seen by the
+    connection's cursors (fr-otel sql's). From Arrow, not executemany, which inserts a row
+    at a time (0.65 s for 1,024 rank files)."""
+    connection.register(f"{name}_arrow", table)
+    connection.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM {name}_arrow")
+    connection.unregister(f"{name}_arrow")
+
 
 _MEMBERS_OF_ROW = (
     "(SELECT m.ranks FROM src_rank_groups g JOIN src_memberships m ON m.key = g.key"
@@ -234,11 +237,8 @@ def _register_members(connection: duckdb.DuckDBPyConnection, members: RankMember
             "key": pa.array(rows["key"], pa.int32()),
         }
     )
-    for name, table in (("src_memberships", memberships), ("src_rank_groups", rank_groups)):
-        # not TEMP, as src_rank_files
-        connection.register(f"{name}_arrow", table)
-        connection.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM {name}_arrow")
-        connection.unregister(f"{name}_arrow")
+    _copy_table(connection, "src_memberships", memberships)
+    _copy_table(connection, "src_rank_groups", rank_groups)
 
 
 def _canonical(connection: duckdb.DuckDBPyConnection, relation: str) -> str:

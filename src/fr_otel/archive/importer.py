@@ -81,6 +81,8 @@ from fr_otel.schema import RECORD_SCHEMA
 
 ProgressCallback = Callable[[int, int], None]
 """Called with (files done, files total) as the import goes."""
+RankMembers = dict[tuple[str, int], dict[str, list[int] | None]]
+"""(incident, rank) -> group name -> the group's members (``ImportReport.members``)."""
 
 _WRITTEN_COLUMNS = frozenset(RECORD_SCHEMA.names)
 """A dump's table has the canonical columns (``dump_to_table``), and so has its file."""
@@ -126,9 +128,9 @@ class ImportReport:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     """(file, what) for what was imported but cannot be vouched for."""
     files_written: list[Path] = field(default_factory=list)
-    members: dict[tuple[str, int], dict[str, list[int] | None]] = field(default_factory=dict)
-    """(incident, rank) -> group name -> its members, for the files written without
-    ``pg_ranks`` (``import_dumps(members_in_files=False)``)."""
+    members: RankMembers = field(default_factory=dict)
+    """Each rank's groups' members, for the files written without ``pg_ranks``
+    (``import_dumps(members_in_files=False)``)."""
     rank_files: list[RankFile] = field(default_factory=list)
     """What each file of ``files_written`` holds, as ``check_files`` would read it from the
     footer: an analysis of what this import just wrote need not read those footers again."""
