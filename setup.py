@@ -1,9 +1,10 @@
-"""Build hook for the recorder's optional C extensions; everything else is in pyproject.toml.
+"""Build hook for the optional C extensions; everything else is in pyproject.toml.
 
-Both are optional: where one cannot be compiled (no compiler, Python 3.10, another
+All are optional: where one cannot be compiled (no compiler, Python 3.10, another
 interpreter) the install still succeeds. Without ``_fasthook`` the recorder uses its Python
 wrapper; without ``_lastgasp`` a rank that dies of SIGABRT keeps only what the recorder had
-copied from torch's Flight Recorder before.
+copied from torch's Flight Recorder before; without ``_pickle_columns`` every dump is read
+by the restricted unpickler, the slower general path.
 """
 
 import platform
@@ -26,5 +27,13 @@ if fast_path:
 if last_gasp:
     extensions.append(
         Extension("fr_otel.recorder._lastgasp", ["src/fr_otel/recorder/_lastgasp.c"], optional=True)
+    )
+if platform.python_implementation() == "CPython":
+    extensions.append(
+        Extension(
+            "fr_otel.dumps._pickle_columns",
+            ["src/fr_otel/dumps/_pickle_columns.c"],
+            optional=True,
+        )
     )
 setup(ext_modules=extensions)

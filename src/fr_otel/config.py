@@ -544,8 +544,9 @@ TORCHELASTIC_RUN_ID = "TORCHELASTIC_RUN_ID"
 """torchrun's ``--rdzv-id`` (``none`` unless given; ``--standalone`` makes a random one)."""
 
 FR_OTEL_PURE_PYTHON = "FR_OTEL_PURE_PYTHON"
-"""``1``: record collectives with the Python wrapper even where the compiled one was built
-(to rule it out when something looks wrong; it costs more CPU per call)."""
+"""``1``: record collectives with the Python wrapper even where the compiled one was built,
+and read dumps with the restricted unpickler, not the compiled decoder (to rule them out
+when something looks wrong; it costs more CPU)."""
 
 RECORDER_VARIABLES: tuple[str, ...] = (
     FR_OTEL_MODE,

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import os
+from io import BufferedReader
 from pathlib import Path
-from typing import BinaryIO
 
+from fr_otel.config import pure_python
+from fr_otel.dumps import columnar
 from fr_otel.dumps.discover import DumpFile
-from fr_otel.dumps.parse import ParsedDump, decode_dump_stream, dump_to_table
+from fr_otel.dumps.parse import ParsedDump, decode_dump_stream, dump_to_table, sniff_format
 from fr_otel.errors import DumpError
 from fr_otel.pathnames import printable
 
 LoadedDump = ParsedDump
 
 
-def _open(path: Path) -> BinaryIO:
+def _open(path: Path) -> BufferedReader:
     try:
         return path.open("rb")
     except FileNotFoundError:
@@ -29,7 +31,8 @@ def load_dump_file(
     dump: DumpFile, *, job: str, incident: str, members_column: bool = True
 ) -> LoadedDump:
     """Read, decode (safely) and convert one dump file (``members_column``: see
-    ``dump_to_table``)."""
+    ``dump_to_table``). A pickle goes to columns by the C decoder where it can
+    (``columnar``), else through the restricted unpickler."""
     if dump.rank is None:
         raise DumpError(
             dump.path,
@@ -37,12 +40,26 @@ def load_dump_file(
             "cannot tell the rank: a dump's file name must end in its rank"
             " (e.g. nccl_trace_rank_3, rank_3.json)",
         )
+    decoded = None
     with _open(dump.path) as handle:
         # the file's mtime is the best dump time a file can tell
         mtime_ns = os.fstat(handle.fileno()).st_mtime_ns
-        obj, fmt = decode_dump_stream(handle, printable(dump.path))
+        if (
+            columnar.AVAILABLE
+            and not pure_python()
+            and sniff_format(handle.peek(64)[:64]) == "pickle"
+        ):
+            fast = columnar.decode_columns(handle.read())
+            if fast is None:
+                handle.seek(0)
+            else:
+                obj, decoded = fast
+                fmt = "pickle"
+        if decoded is None:
+            obj, fmt = decode_dump_stream(handle, printable(dump.path))
     return dump_to_table(
         obj,
+        decoded=decoded,
         path=printable(dump.path),
         source_format=fmt,
         job=job,

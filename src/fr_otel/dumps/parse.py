@@ -230,7 +230,7 @@ _INT_FIELDS = (
     "timeout_ms",
 )
 _STR_FIELDS = ("profiling_name", "state", "thread_name", "thread_id")
-_RAW_ENTRY = pa.struct(
+RAW_ENTRY = pa.struct(
     [(name, pa.int64()) for name in _INT_FIELDS]
     + [(name, pa.string()) for name in _STR_FIELDS]
     + [
@@ -264,11 +264,23 @@ def _normalised(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@dataclass(kw_only=True, slots=True)
+class DecodedEntries:
+    """A dump's entries already in columns (``columnar.decode_columns``), each distinct
+    stack once."""
+
+    raw: pa.StructArray
+    """One row per entry, ``RAW_ENTRY``."""
+    stack_index: pa.Array
+    """int32 per entry: its stack in ``stacks``; null for an entry without frames."""
+    stacks: list[list[dict[str, Any]]]
+
+
 def _raw_entries(entries: list[dict[str, Any]]) -> pa.StructArray:
     try:
-        return pa.array(entries, type=_RAW_ENTRY)
+        return pa.array(entries, type=RAW_ENTRY)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return pa.array([_normalised(e) for e in entries], type=_RAW_ENTRY)
+        return pa.array([_normalised(e) for e in entries], type=RAW_ENTRY)
 
 
 def _without_zeros(array: pa.Array) -> pa.Array:
@@ -341,8 +353,17 @@ def _frames_and_sites(
         return pa.nulls(len(entries), type=frame_list_type), pa.nulls(len(entries), pa.string())
     same = len(unique) == len(code_of) and position == list(range(len(code_of)))
     take = pa.array(codes if same else list(map(position.__getitem__, codes)), type=pa.int32())
-    sites = pa.array([call_site(stack) for stack in unique], type=pa.string())
-    return pa.array(unique, type=frame_list_type).take(take), sites.take(take)
+    return _stack_columns(unique, take, frame_list_type)
+
+
+def _stack_columns(
+    stacks: list[Any], index: pa.Array, frame_list_type: pa.DataType
+) -> tuple[pa.Array, pa.Array]:
+    """The ``frames`` and ``call_site`` columns of rows that hold ``stacks[index[i]]``."""
+    if not stacks:
+        return pa.nulls(len(index), type=frame_list_type), pa.nulls(len(index), pa.string())
+    sites = pa.array([call_site(stack) for stack in stacks], type=pa.string())
+    return pa.array(stacks, type=frame_list_type).take(index), sites.take(index)
 
 
 _ALL_GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor"})
@@ -420,28 +441,41 @@ def dump_to_table(
     rank: int,
     dump_time_ns: int | None,
     members_column: bool = True,
+    decoded: DecodedEntries | None = None,
 ) -> ParsedDump:
     """Turn one decoded dump into canonical rows.
 
     Raises ``DumpError`` (``foreign``/``corrupt``) when the dump's structure is not FR's.
     ``members_column=False``: the table leaves out ``pg_ranks``, for a file written
     without it (``import_dumps(members_in_files=False)``); ``groups`` still has them.
+    ``decoded``: the entries, already in columns; ``dump`` then holds the rest.
     """
     version = dump.get("version")
     version = str(version) if version is not None else None
-    entries = dump.get("entries", [])
-    if not isinstance(entries, list):
-        raise DumpError(path, "corrupt", f"'entries' is a {type(entries).__name__}, not a list")
-    for index, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise DumpError(path, "corrupt", f"entry {index} is a {type(entry).__name__}")
-        for key in _REQUIRED_ENTRY_KEYS:
-            if key not in entry:
-                raise DumpError(path, "corrupt", f"entry {index} has no '{key}' field")
+    if decoded is None:
+        entries = dump.get("entries", [])
+        if not isinstance(entries, list):
+            raise DumpError(path, "corrupt", f"'entries' is a {type(entries).__name__}, not a list")
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise DumpError(path, "corrupt", f"entry {index} is a {type(entry).__name__}")
+            for key in _REQUIRED_ENTRY_KEYS:
+                if key not in entry:
+                    raise DumpError(path, "corrupt", f"entry {index} has no '{key}' field")
     try:
+        if decoded is None:
+            raw = _raw_entries(entries)
+            frames, sites = _frames_and_sites(entries, RECORD_SCHEMA.field("frames").type)
+        else:
+            raw = decoded.raw
+            frames, sites = _stack_columns(
+                decoded.stacks, decoded.stack_index, RECORD_SCHEMA.field("frames").type
+            )
         parsed = _build(
             dump,
-            entries,
+            raw,
+            frames,
+            sites,
             path,
             source_format,
             version,
@@ -451,12 +485,12 @@ def dump_to_table(
             dump_time_ns,
             members_column,
         )
-    except (TypeError, ValueError, IndexError, pa.ArrowException) as exc:
+    except (TypeError, ValueError, IndexError, OverflowError, pa.ArrowException) as exc:
         raise DumpError(path, "corrupt", f"unexpected field contents ({exc})") from None
     warning = version_warning(version)
     if warning is not None:
         parsed.warnings.append(warning)
-    if not entries:
+    if not len(parsed.table):
         parsed.warnings.append(
             "it holds no entries (FR off, or dumped without collectives): its rank counts"
             " as missing"
@@ -466,7 +500,9 @@ def dump_to_table(
 
 def _build(
     dump: Mapping[str, Any],
-    entries: list[dict[str, Any]],
+    raw: pa.StructArray,
+    frames: pa.Array,
+    sites: pa.Array,
     path: str,
     source_format: str,
     version: str | None,
@@ -476,8 +512,7 @@ def _build(
     dump_time_ns: int | None,
     members_column: bool,
 ) -> ParsedDump:
-    n = len(entries)
-    raw = _raw_entries(entries)
+    n = len(raw)
     if raw.field("record_id").null_count:
         raise ValueError("an entry has a null record_id")
     group_field = raw.field("process_group")
@@ -520,13 +555,12 @@ def _build(
     if not trust_config:
         _add_size_hints(groups, name_values, name_index, split, profiling_index, raw)
 
-    peer_cache: dict[tuple[int, int], int | None] = {}
-    peers: list[int | None] = []
-    for g, p in zip(name_index.to_pylist(), profiling_index.to_pylist(), strict=True):
-        key = (g, p)
-        if key not in peer_cache:
-            peer_cache[key] = global_peer(group_ranks[g], split[p][2])
-        peers.append(peer_cache[key])
+    # a row's peer depends only on its (group, profiling name): computed once per pair
+    names = len(profiling_values)
+    pair_index = pc.add(pc.multiply(name_index.cast(pa.int64()), names), profiling_index)
+    pairs, pair_rows = _encoded(pair_index)
+    pair_peers = [global_peer(group_ranks[pair // names], split[pair % names][2]) for pair in pairs]
+    peers = pa.array(pair_peers, type=pa.int64()).take(pair_rows)
 
     status = dump.get("pg_status")
     status = status if isinstance(status, dict) else {}
@@ -540,7 +574,6 @@ def _build(
         return pa.array(per_id, type=pa.int64()).take(pg_id_index)
 
     record_ids = raw.field("record_id")
-    frames, sites = _frames_and_sites(entries, RECORD_SCHEMA.field("frames").type)
     comm_lib = dump.get("comm_lib_version", dump.get("nccl_version"))
 
     def constant(value: Any, dtype: pa.DataType) -> pa.Array:
@@ -563,7 +596,7 @@ def _build(
         "backend": pa.array([b for b, _, _ in split], type=pa.string()).take(profiling_index),
         "op": pa.array([o for _, o, _ in split], type=pa.string()).take(profiling_index),
         "profiling_name": raw.field("profiling_name"),
-        "peer": pa.array(peers, type=pa.int64()),
+        "peer": peers,
         "input_sizes": raw.field("input_sizes"),
         "output_sizes": raw.field("output_sizes"),
         "input_dtypes": raw.field("input_dtypes"),
