@@ -272,6 +272,26 @@ def test_a_self_containing_dump_is_declined_not_looped() -> None:
     assert columnar.decode_columns(data) is None
 
 
+def test_a_pickle_that_multiplies_by_reference_is_declined_at_once() -> None:
+    # the memo lets a few bytes name an object many times: a list of two references to
+    # the list below it, forty deep, is 2**40 lists to whoever copies each reference
+    tree: list[Any] = []
+    for _ in range(40):
+        tree = [tree, tree]
+    dump = fr_dump([fr_entry(record_id=0, seq=1)], pg_config={"0": {"ranks": tree}})
+    assert columnar.decode_columns(pickle.dumps(dump, protocol=2)) is None
+    # and one big shape list named by every entry: 0.4 MB that would decode to 1.6 GB
+    shapes = [list(range(1000))] * 1000
+    entries = [fr_entry(record_id=i, seq=i + 1, sizes=shapes) for i in range(100)]
+    data = pickle.dumps(fr_dump(entries), protocol=2)
+    assert len(data) < 500_000
+    assert columnar.decode_columns(data) is None
+
+
+def test_a_memo_index_past_the_pickles_size_is_declined() -> None:
+    assert columnar.decode_columns(b"\x80\x02]r\xff\xff\xff\x7f.") is None
+
+
 def test_the_pure_python_switch_reads_with_the_general_path(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -16,9 +16,11 @@
  * nothing this decoder accepts is read differently from the general path, and nothing
  * in a file can make it run code: it has no way to.
  *
- * Every read is bounds-checked against the buffer, the pickle stack and the memo, and
- * the only recursion (converting the dump's small non-entry part to Python objects) is
- * depth-limited, so a hostile or cyclic pickle ends in None, not in a crash.
+ * Every read is bounds-checked against the buffer, the pickle stack and the memo; the
+ * only recursion (converting the dump's small non-entry part to Python objects) is
+ * depth-limited; and what a pickle can make by referring to one object many times is
+ * capped in proportion to its size. So a hostile, cyclic or self-multiplying pickle ends
+ * in None, not in a crash or an allocation without end.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -77,6 +79,9 @@ typedef struct {
     size_t mp, mcap;
     Node **memo;
     size_t memo_cap, memo_len;
+    size_t size;     /* of the pickle: no memo index of a real one is larger */
+    size_t nodes;    /* allocated */
+    size_t budget;   /* Python objects `to_python` may still make */
 } Parser;
 
 static Node NONE_NODE = {K_NONE, 0, -1, 0, 0, 0, {0}};
@@ -92,6 +97,7 @@ static Node *new_node(Parser *ps, uint8_t kind) {
         ps->chunks = chunk;
     }
     Node *node = &ps->chunks->nodes[ps->chunks->used++];
+    ps->nodes++;
     node->kind = kind;
     node->flags = 0;
     node->field = -2;
@@ -204,7 +210,9 @@ static uint64_t little_endian(const uint8_t *b, size_t n) {
 }
 
 static int memo_put(Parser *ps, size_t index, Node *node) {
-    if (node == NULL || index > ((size_t)1 << 26)) return -1;
+    /* a pickler numbers its memo from 0, one index per object it wrote: an index past the
+     * pickle's own size is a hostile one, and would only make this allocate */
+    if (node == NULL || index > ps->size) return -1;
     if (index >= ps->memo_cap) {
         size_t old = ps->memo_cap;
         if (grow((void **)&ps->memo, &ps->memo_cap, index + 1, sizeof(Node *)) < 0) return -1;
@@ -484,8 +492,13 @@ static int key_is(Node *key, const char *name, size_t n) {
 
 /* ---- Python objects for the dump's small non-entry part ------------------------------ */
 
-static PyObject *to_python(Node *node, int depth) {
-    if (depth > 64) return NULL;
+/* The memo lets a pickle refer to one object many times, and a tree of shared lists
+ * doubles at every level: converting each reference anew would never end. The budget
+ * (a few objects per node) stops that well before memory runs out; a real dump's
+ * non-entry part is a small tree and stays far within it. */
+static PyObject *to_python(Parser *ps, Node *node, int depth) {
+    if (depth > 64 || ps->budget == 0) return NULL;
+    ps->budget--;
     switch (node->kind) {
     case K_NONE:
         Py_RETURN_NONE;
@@ -502,7 +515,7 @@ static PyObject *to_python(Node *node, int depth) {
         PyObject *out = node->kind == K_LIST ? PyList_New(node->len) : PyTuple_New(node->len);
         if (out == NULL) return NULL;
         for (uint32_t i = 0; i < node->len; i++) {
-            PyObject *item = to_python(node->u.items[i], depth + 1);
+            PyObject *item = to_python(ps, node->u.items[i], depth + 1);
             if (item == NULL) {
                 Py_DECREF(out);
                 return NULL;
@@ -518,8 +531,8 @@ static PyObject *to_python(Node *node, int depth) {
         PyObject *out = PyDict_New();
         if (out == NULL) return NULL;
         for (uint32_t i = 0; i + 1 < node->len; i += 2) {
-            PyObject *key = to_python(node->u.items[i], depth + 1);
-            PyObject *value = key ? to_python(node->u.items[i + 1], depth + 1) : NULL;
+            PyObject *key = to_python(ps, node->u.items[i], depth + 1);
+            PyObject *value = key ? to_python(ps, node->u.items[i + 1], depth + 1) : NULL;
             int bad = value == NULL || PyDict_SetItem(out, key, value) < 0;
             Py_XDECREF(key);
             Py_XDECREF(value);
@@ -881,8 +894,12 @@ static void free_columns(Column *cols) {
     }
 }
 
-static int fill_columns(Column *cols, Node *entries, Stacks *stacks) {
+static int fill_columns(Column *cols, Node *entries, Stacks *stacks, size_t size) {
     Node *slot[N_FIELDS];
+    /* The memo can also make one list of sizes or strings appear in every entry, many
+     * times over: a few kilobytes that would decode to gigabytes. Real dumps decode to a
+     * few times their size; past 64 times (and a floor for tiny ones), this declines. */
+    size_t limit = 64 * size + ((size_t)1 << 24);
     for (uint32_t row = 0; row < entries->len; row++) {
         Node *entry = entries->u.items[row];
         if (entry->kind != K_DICT) return -1;
@@ -896,13 +913,17 @@ static int fill_columns(Column *cols, Node *entries, Stacks *stacks) {
         if (slot[F_RECORD_ID] == NULL || slot[F_PROCESS_GROUP] == NULL ||
             slot[F_PROFILING_NAME] == NULL)
             return -1;
-        for (int f = 0; f < N_FIELDS; f++)
+        size_t decoded = 0;
+        for (int f = 0; f < N_FIELDS; f++) {
             if (add_value(&cols[f], FIELDS[f].type, slot[f], row, stacks) < 0) return -1;
+            decoded += cols[f].data.len + cols[f].data2.len;
+        }
+        if (decoded > limit) return -1;
     }
     return 0;
 }
 
-static PyObject *decode_tree(Node *root) {
+static PyObject *decode_tree(Parser *ps, Node *root) {
     if (root->kind != K_DICT) return NULL;
     Node *entries = NULL;
     int has_version = 0, has_config = 0;
@@ -915,12 +936,13 @@ static PyObject *decode_tree(Node *root) {
     if (!has_version || !has_config || (entries != NULL && entries->kind != K_LIST))
         return NULL; /* not a dump: the general path says what it is */
 
+    ps->budget = 4 * ps->nodes + 1024;
     PyObject *rest = PyDict_New();
     if (rest == NULL) return NULL;
     for (uint32_t i = 0; i + 1 < root->len; i += 2) {
         if (key_is(root->u.items[i], "entries", 7)) continue;
-        PyObject *key = to_python(root->u.items[i], 1);
-        PyObject *value = key ? to_python(root->u.items[i + 1], 1) : NULL;
+        PyObject *key = to_python(ps, root->u.items[i], 1);
+        PyObject *value = key ? to_python(ps, root->u.items[i + 1], 1) : NULL;
         int bad = value == NULL || PyDict_SetItem(rest, key, value) < 0;
         Py_XDECREF(key);
         Py_XDECREF(value);
@@ -935,7 +957,7 @@ static PyObject *decode_tree(Node *root) {
     memset(cols, 0, sizeof cols);
     Stacks stacks = {NULL, NULL, 0, 0, NULL};
     PyObject *out = NULL, *columns = NULL, *unique = NULL;
-    if (start_columns(cols, n) < 0 || (entries && fill_columns(cols, entries, &stacks) < 0))
+    if (start_columns(cols, n) < 0 || (entries && fill_columns(cols, entries, &stacks, ps->size) < 0))
         goto done;
     columns = PyDict_New();
     if (columns == NULL) goto done;
@@ -974,9 +996,10 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
     memset(&ps, 0, sizeof ps);
     ps.p = view.buf;
     ps.end = ps.p + view.len;
+    ps.size = (size_t)view.len;
     PyObject *out = NULL;
     Node *root = parse(&ps);
-    if (root != NULL) out = decode_tree(root);
+    if (root != NULL) out = decode_tree(&ps, root);
     parser_free(&ps);
     PyBuffer_Release(&view);
     if (out == NULL) {
