@@ -128,6 +128,7 @@ static Node *new_container(Parser *ps, uint8_t kind) {
 
 static int add_items(Parser *ps, Node *container, Node **items, size_t count) {
     size_t len = container->len, cap = container->cap, need = len + count;
+    if (count == 0) return 0; /* APPENDS right after its mark */
     if (need > UINT32_MAX) return -1;
     if (need > cap) {
         size_t cap2 = cap ? cap * 2 : 4;
