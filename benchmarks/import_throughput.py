@@ -6,8 +6,11 @@ then, in one run, times:
 - the floor: ``pickle.load`` of every dump file in one process (what any Python tool,
   torchfrtrace included, pays before doing anything with the data), also with the GC
   off as torchfrtrace's loader does;
-- ``fr_otel.archive.import_dumps`` into a fresh archive with all cores (restricted
-  unpickling, conversion to the canonical schema, Parquet write), and with one worker.
+- ``fr_otel.archive.import_dumps`` into a fresh archive with all cores (the C decoder
+  straight to Arrow columns, conversion to the canonical schema, Parquet write), and
+  with one worker;
+- the same with all cores and ``FR_OTEL_PURE_PYTHON=1``: the general path (restricted
+  unpickler, then the struct conversion), which reads every dump the decoder declines.
 
 Goal: fr-otel's wall time at most 2x the floor.
 """
@@ -23,6 +26,7 @@ import time
 from pathlib import Path
 
 from fr_otel.archive import import_dumps
+from fr_otel.config import FR_OTEL_PURE_PYTHON
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 
 
@@ -40,11 +44,18 @@ def _floor(files: list[Path], *, gc_off: bool = False) -> tuple[float, int]:
         gc.enable()
 
 
-def _ours(dumps: Path, archive: Path, workers: int | None) -> tuple[float, int]:
+def _ours(
+    dumps: Path, archive: Path, workers: int | None, *, pure_python: bool = False
+) -> tuple[float, int]:
     shutil.rmtree(archive, ignore_errors=True)
-    start = time.perf_counter()
-    report = import_dumps([dumps], archive=archive, incident="bench", workers=workers)
-    elapsed = time.perf_counter() - start
+    if pure_python:  # the forked workers inherit it
+        os.environ[FR_OTEL_PURE_PYTHON] = "1"
+    try:
+        start = time.perf_counter()
+        report = import_dumps([dumps], archive=archive, incident="bench", workers=workers)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.environ.pop(FR_OTEL_PURE_PYTHON, None)
     if not report.ok:
         raise SystemExit(f"import failed: {report.problems[:3]}")
     return elapsed, report.entries
@@ -74,6 +85,11 @@ def main() -> None:
     nogc_s, _ = min(_floor(files, gc_off=True) for _ in range(args.repeat))
     all_s, all_entries = min(_ours(dumps, args.out / "archive", None) for _ in range(args.repeat))
     one_s, _ = min(_ours(dumps, args.out / "archive1", 1) for _ in range(args.repeat))
+    general_s, general_entries = min(
+        _ours(dumps, args.out / "archive2", None, pure_python=True) for _ in range(args.repeat)
+    )
+    if general_entries != all_entries:
+        raise SystemExit(f"row count mismatch: general path {general_entries}, {all_entries}")
     if all_entries != floor_entries:
         raise SystemExit(f"row count mismatch: imported {all_entries}, dumps hold {floor_entries}")
 
@@ -83,6 +99,7 @@ def main() -> None:
         ("pickle.load with GC off", nogc_s),
         ("fr-otel import, all cores", all_s),
         ("fr-otel import, 1 worker", one_s),
+        ("fr-otel import, general path", general_s),
     ):
         print(f"{label:34}{seconds:8.2f}{floor_entries / seconds:14,.0f}{seconds / floor_s:9.2f}")
     goal = all_s <= 2 * floor_s
