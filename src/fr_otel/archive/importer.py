@@ -137,8 +137,8 @@ class ImportReport:
     twins_skipped: list[Path] = field(default_factory=list)
     """Same buffer in a second encoding (``rank_3`` and ``rank_3.json``): one kept, pickle first."""
     strict_aborted: bool = False
-    memberships: dict[str, dict[str, Membership]] = field(default_factory=dict)
-    """incident -> group name -> membership."""
+    memberships: dict[str, list[Membership]] = field(default_factory=dict)
+    """incident -> its groups (one per replica where replicas share a group name)."""
     imported: list[IncidentImported] = field(default_factory=list)
     """Each incident written, in ``incidents`` order."""
     runs_split: bool = False
@@ -674,7 +674,7 @@ def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportRepor
                 outcome.staged = restaged
         # a dump without entries is a rank whose buffer is missing
         empty = {rank for rank, outcome in members.items() if outcome.rows == 0}
-        expected = expected_ranks(memberships.values()) | empty
+        expected = expected_ranks(memberships) | empty
         report.missing_ranks.extend(sorted(expected - (set(members) - empty)))
         report.groups += len(memberships)
 
@@ -694,7 +694,7 @@ def _write_manifest(archive: Path, job: str, incident: str, report: ImportReport
         incident,
         (
             GroupMembers(name=m.name, desc=m.desc, ranks=m.ranks, inferred=m.inferred)
-            for m in report.memberships.get(incident, {}).values()
+            for m in report.memberships.get(incident, [])
         ),
     )
 

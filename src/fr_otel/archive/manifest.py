@@ -114,19 +114,34 @@ def refresh_manifest(
         return _refresh(archive, job, incident, groups)
 
 
+def _merged(earlier: Iterable[GroupMembers], new: list[GroupMembers]) -> list[GroupMembers]:
+    """``new`` over ``earlier``: a new group replaces the earlier ones of its name, but
+    for a replica, a group of that name recorded with members disjoint from every new
+    one's (replicas share a name, and ranks flushed apart each bring only their own)."""
+
+    def kept(group: GroupMembers) -> bool:
+        namesakes = [g for g in new if g.name == group.name]
+        if not namesakes:
+            return True
+        if group.inferred or any(g.inferred for g in namesakes):
+            return False  # inferred members only grow: the newer inference has more
+        return not any(set(g.ranks) & set(group.ranks) for g in namesakes)
+
+    return [g for g in earlier if kept(g)] + new
+
+
 def _refresh(archive: Path, job: str, incident: str, groups: Iterable[GroupMembers]) -> Manifest:
     earlier = read_manifest(archive, job, incident)
-    merged = {g.name: g for g in (earlier.groups if earlier else ())}
-    merged.update({g.name: g for g in groups})
+    merged = _merged(earlier.groups if earlier else (), list(groups))
     folder = partition_dir(archive, job, incident)
     ranks = sorted(int(p.stem.removeprefix("rank-")) for p in folder.glob("rank-*.parquet"))
-    expected = {r for g in merged.values() for r in g.ranks}
+    expected = {r for g in merged for r in g.ranks}
     manifest = Manifest(
         job=job,
         incident=incident,
         ranks=tuple(ranks),
         missing_ranks=tuple(sorted(expected - set(ranks))),
-        groups=tuple(merged[name] for name in sorted(merged)),
+        groups=tuple(sorted(merged, key=lambda g: (g.name, tuple(g.ranks)))),
         snapshot=bool(earlier and earlier.snapshot),
     )
     write_manifest(archive, manifest)

@@ -35,15 +35,21 @@ class Membership:
 
 def resolve_memberships(
     groups_by_rank: Mapping[int, Mapping[str, GroupSeen]],
-) -> dict[str, Membership]:
-    """Combine every rank's view of its groups into one membership per group name.
+) -> list[Membership]:
+    """Combine every rank's view of its groups into the job's groups: one per group
+    name, or one per replica where disjoint groups share a name.
 
-    A ``pg_config`` list read from the dumps wins; where ranks disagree, the list most
-    ranks recorded wins. Groups without one are inferred (see the module docstring).
+    A ``pg_config`` list read from the dumps wins. Where ranks list different members
+    under one name, and each list is disjoint from the others and listed only by its own
+    members, the name is shared by replicas (torchft's replica groups: created apart and
+    numbered alike), each a group of its own. Other disagreements
+    are mistakes: the list most ranks recorded wins. Groups without a list are inferred
+    (see the module docstring).
     """
     holders: dict[str, set[int]] = {}
     size_hints: dict[str, int] = {}
     configured: dict[str, Counter[tuple[int, ...]]] = {}
+    listed_by: dict[tuple[str, tuple[int, ...]], set[int]] = {}
     descs: dict[str, str | None] = {}
     for rank, groups in groups_by_rank.items():
         for name, seen in groups.items():
@@ -51,6 +57,7 @@ def resolve_memberships(
                 holders.setdefault(name, set()).add(rank)
             if seen.ranks:
                 configured.setdefault(name, Counter())[tuple(seen.ranks)] += 1
+                listed_by.setdefault((name, tuple(seen.ranks)), set()).add(rank)
             if descs.get(name) is None:
                 descs[name] = seen.desc
             if seen.size_hint:
@@ -64,18 +71,40 @@ def resolve_memberships(
             all_ranks.update(ranks)
     top = max(all_ranks) if all_ranks else -1
 
-    result: dict[str, Membership] = {}
+    result: list[Membership] = []
     for name in sorted(set(holders) | set(configured)):
         desc = descs.get(name)
         if name in configured:
-            ranks = configured[name].most_common(1)[0][0]
-            result[name] = Membership(name=name, desc=desc, ranks=ranks, inferred=False)
+            lists = [ranks for ranks, _ in configured[name].most_common()]
+            if not _replicas(name, lists, listed_by):
+                lists = lists[:1]
+            result.extend(
+                Membership(name=name, desc=desc, ranks=ranks, inferred=False) for ranks in lists
+            )
             continue
         members = set(holders.get(name, ()))
         if desc == DEFAULT_PG_DESC:
             members |= set(range(top + 1))
-        result[name] = Membership(name=name, desc=desc, ranks=tuple(sorted(members)), inferred=True)
+        result.append(Membership(name=name, desc=desc, ranks=tuple(sorted(members)), inferred=True))
     return result
+
+
+def _replicas(
+    name: str,
+    lists: list[tuple[int, ...]],
+    listed_by: Mapping[tuple[str, tuple[int, ...]], set[int]],
+) -> bool:
+    """Whether ``lists`` (several member lists recorded under ``name``) are replicas: no
+    rank in two of them, and each recorded only by its own members."""
+    if len(lists) < 2:
+        return False
+    seen: set[int] = set()
+    for ranks in lists:
+        members = set(ranks)
+        if members & seen or not listed_by[(name, ranks)] <= members:
+            return False
+        seen |= members
+    return True
 
 
 def expected_ranks(memberships: Iterable[Membership]) -> set[int]:
@@ -92,8 +121,14 @@ def needs_membership(groups: Mapping[str, GroupSeen]) -> bool:
     return any(group.ranks is None for group in groups.values())
 
 
-def apply_memberships(table: pa.Table, memberships: Mapping[str, Membership]) -> pa.Table:
-    """Fill ``pg_ranks`` (and the p2p ``peer`` that depends on it) where the dump had none."""
+def apply_memberships(table: pa.Table, memberships: Iterable[Membership]) -> pa.Table:
+    """Fill ``pg_ranks`` (and the p2p ``peer`` that depends on it) where the dump had none:
+    with its group's members, of the replica holding the row's rank where replicas share
+    the group's name."""
+    by_name: dict[str, list[Membership]] = {}
+    for membership in memberships:
+        by_name.setdefault(membership.name, []).append(membership)
+    rows_rank = table.column("rank").to_pylist()
     names = table.column("pg_name").to_pylist()
     ranks = table.column("pg_ranks").to_pylist()
     inferred = table.column("pg_ranks_inferred").to_pylist()
@@ -102,9 +137,10 @@ def apply_memberships(table: pa.Table, memberships: Mapping[str, Membership]) ->
     for i, name in enumerate(names):
         if ranks[i] is not None:
             continue
-        membership = memberships.get(name)
-        if membership is None:
+        candidates = by_name.get(name)
+        if not candidates:
             continue
+        membership = next((m for m in candidates if rows_rank[i] in m.ranks), candidates[0])
         ranks[i] = list(membership.ranks)
         inferred[i] = membership.inferred
         if peers[i] is None and profiling[i]:
