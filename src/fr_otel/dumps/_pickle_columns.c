@@ -80,6 +80,7 @@ typedef struct {
     Node **memo;
     size_t memo_cap, memo_len;
     size_t size;     /* of the pickle: no memo index of a real one is larger */
+    int expands;     /* its entries decode to far more than its size: a pickle bomb */
     size_t nodes;    /* allocated */
     size_t budget;   /* Python objects `to_python` may still make */
 } Parser;
@@ -919,7 +920,7 @@ static int fill_columns(Column *cols, Node *entries, Stacks *stacks, size_t size
             if (add_value(&cols[f], FIELDS[f].type, slot[f], row, stacks) < 0) return -1;
             decoded += cols[f].data.len + cols[f].data2.len;
         }
-        if (decoded > limit) return -1;
+        if (decoded > limit) return -2;
     }
     return 0;
 }
@@ -958,8 +959,10 @@ static PyObject *decode_tree(Parser *ps, Node *root) {
     memset(cols, 0, sizeof cols);
     Stacks stacks = {NULL, NULL, 0, 0, NULL};
     PyObject *out = NULL, *columns = NULL, *unique = NULL;
-    if (start_columns(cols, n) < 0 || (entries && fill_columns(cols, entries, &stacks, ps->size) < 0))
-        goto done;
+    int filled = start_columns(cols, n);
+    if (filled == 0 && entries) filled = fill_columns(cols, entries, &stacks, ps->size);
+    ps->expands = filled == -2;
+    if (filled < 0) goto done;
     columns = PyDict_New();
     if (columns == NULL) goto done;
     for (int f = 0; f < N_FIELDS; f++) {
@@ -1004,8 +1007,10 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
     parser_free(&ps);
     PyBuffer_Release(&view);
     if (out == NULL) {
-        /* not ours to read (or out of memory): the general path decides */
         PyErr_Clear();
+        /* the general path would expand it too, into gigabytes: say so instead */
+        if (ps.expands) return PyUnicode_FromString("expands");
+        /* not ours to read (or out of memory): the general path decides */
         Py_RETURN_NONE;
     }
     return out;
@@ -1013,7 +1018,8 @@ static PyObject *decode(PyObject *self, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_O,
-     "decode(data) -> (dump without entries, n, columns, stacks) or None: see columnar.py"},
+     "decode(data) -> (dump without entries, n, columns, stacks), None or 'expands':"
+     " see columnar.py"},
     {NULL, NULL, 0, NULL},
 };
 

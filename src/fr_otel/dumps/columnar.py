@@ -59,12 +59,25 @@ def _column(kind: pa.DataType, n: int, parts: tuple[Any, ...]) -> pa.Array:
     return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(values)], nulls)
 
 
+class ExpandingPickleError(ValueError):
+    """The pickle names the same objects so many times over that its entries would
+    decode to far more than its size (gigabytes from a few hundred kilobytes): whatever
+    reads it would run out of memory. No real dump does that."""
+
+
 def decode_columns(data: bytes) -> tuple[dict[str, Any], DecodedEntries] | None:
     """The dump without its entries, and its entries in columns; None when the general
-    path must read ``data`` (see the module's docstring)."""
+    path must read ``data`` (see the module's docstring). Raises
+    ``ExpandingPickleError`` for a pickle neither path should expand."""
     if _pickle_columns is None:
         return None
     decoded = _pickle_columns.decode(data)
+    if decoded == "expands":
+        raise ExpandingPickleError(
+            f"its entries name the same lists so often that these {len(data)} bytes would"
+            " decode to more than 64 times their size; no Flight Recorder dump does that,"
+            " and it was not expanded"
+        )
     if decoded is None:
         return None
     rest, n, columns, stacks = decoded

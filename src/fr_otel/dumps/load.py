@@ -49,7 +49,10 @@ def load_dump_file(
             and not pure_python()
             and sniff_format(handle.peek(64)[:64]) == "pickle"
         ):
-            fast = columnar.decode_columns(handle.read())
+            try:
+                fast = columnar.decode_columns(handle.read())
+            except columnar.ExpandingPickleError as exc:
+                raise DumpError(dump.path, "hostile", str(exc)) from None
             if fast is None:
                 handle.seek(0)
             else:
