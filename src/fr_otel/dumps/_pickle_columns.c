@@ -498,6 +498,8 @@ static int key_is(Node *key, const char *name, size_t n) {
  * doubles at every level: converting each reference anew would never end. The budget
  * (a few objects per node) stops that well before memory runs out; a real dump's
  * non-entry part is a small tree and stays far within it. */
+static PyObject *dict_to_python(Parser *ps, Node *node, int depth, const char *skip);
+
 static PyObject *to_python(Parser *ps, Node *node, int depth) {
     if (depth > 64 || ps->budget == 0) return NULL;
     ps->budget--;
@@ -529,24 +531,29 @@ static PyObject *to_python(Parser *ps, Node *node, int depth) {
         }
         return out;
     }
-    case K_DICT: {
-        PyObject *out = PyDict_New();
-        if (out == NULL) return NULL;
-        for (uint32_t i = 0; i + 1 < node->len; i += 2) {
-            PyObject *key = to_python(ps, node->u.items[i], depth + 1);
-            PyObject *value = key ? to_python(ps, node->u.items[i + 1], depth + 1) : NULL;
-            int bad = value == NULL || PyDict_SetItem(out, key, value) < 0;
-            Py_XDECREF(key);
-            Py_XDECREF(value);
-            if (bad) {
-                Py_DECREF(out);
-                return NULL;
-            }
-        }
-        return out;
-    }
+    case K_DICT:
+        return dict_to_python(ps, node, depth, NULL);
     }
     return NULL;
+}
+
+/* A dict node as a Python dict, leaving out the key `skip` (NULL: none). */
+static PyObject *dict_to_python(Parser *ps, Node *node, int depth, const char *skip) {
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    for (uint32_t i = 0; i + 1 < node->len; i += 2) {
+        if (skip != NULL && key_is(node->u.items[i], skip, strlen(skip))) continue;
+        PyObject *key = to_python(ps, node->u.items[i], depth + 1);
+        PyObject *value = key ? to_python(ps, node->u.items[i + 1], depth + 1) : NULL;
+        int bad = value == NULL || PyDict_SetItem(out, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (bad) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
 }
 
 /* ---- columns ------------------------------------------------------------------------ */
@@ -939,20 +946,8 @@ static PyObject *decode_tree(Parser *ps, Node *root) {
         return NULL; /* not a dump: the general path says what it is */
 
     ps->budget = 4 * ps->nodes + 1024;
-    PyObject *rest = PyDict_New();
+    PyObject *rest = dict_to_python(ps, root, 0, "entries");
     if (rest == NULL) return NULL;
-    for (uint32_t i = 0; i + 1 < root->len; i += 2) {
-        if (key_is(root->u.items[i], "entries", 7)) continue;
-        PyObject *key = to_python(ps, root->u.items[i], 1);
-        PyObject *value = key ? to_python(ps, root->u.items[i + 1], 1) : NULL;
-        int bad = value == NULL || PyDict_SetItem(rest, key, value) < 0;
-        Py_XDECREF(key);
-        Py_XDECREF(value);
-        if (bad) {
-            Py_DECREF(rest);
-            return NULL;
-        }
-    }
 
     size_t n = entries ? entries->len : 0;
     Column cols[N_FIELDS];

@@ -20,8 +20,6 @@ try:
 except ImportError:  # not compiled here: the general path reads every dump
     _pickle_columns = None
 
-_LIST_OF_STRINGS = pa.list_(pa.string())
-
 AVAILABLE = _pickle_columns is not None
 
 

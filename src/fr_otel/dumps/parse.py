@@ -349,8 +349,6 @@ def _frames_and_sites(
             if content is not None:
                 by_content[content] = found
         position[code] = found
-    if not unique:
-        return pa.nulls(len(entries), type=frame_list_type), pa.nulls(len(entries), pa.string())
     same = len(unique) == len(code_of) and position == list(range(len(code_of)))
     take = pa.array(codes if same else list(map(position.__getitem__, codes)), type=pa.int32())
     return _stack_columns(unique, take, frame_list_type)
