@@ -12,7 +12,6 @@ all_gather over it (so that a missing last rank still shows).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -48,16 +47,15 @@ def resolve_memberships(
     """
     holders: dict[str, set[int]] = {}
     size_hints: dict[str, int] = {}
-    configured: dict[str, Counter[tuple[int, ...]]] = {}
-    listed_by: dict[tuple[str, tuple[int, ...]], set[int]] = {}
+    # name -> each member list recorded under it -> the ranks that recorded it
+    configured: dict[str, dict[tuple[int, ...], set[int]]] = {}
     descs: dict[str, str | None] = {}
     for rank, groups in groups_by_rank.items():
         for name, seen in groups.items():
             if seen.entries:
                 holders.setdefault(name, set()).add(rank)
             if seen.ranks:
-                configured.setdefault(name, Counter())[tuple(seen.ranks)] += 1
-                listed_by.setdefault((name, tuple(seen.ranks)), set()).add(rank)
+                configured.setdefault(name, {}).setdefault(tuple(seen.ranks), set()).add(rank)
             if descs.get(name) is None:
                 descs[name] = seen.desc
             if seen.size_hint:
@@ -66,8 +64,8 @@ def resolve_memberships(
     for name, hint in size_hints.items():
         if descs.get(name) == DEFAULT_PG_DESC:
             all_ranks.update(range(hint))
-    for counter in configured.values():
-        for ranks in counter:
+    for recorded_lists in configured.values():
+        for ranks in recorded_lists:
             all_ranks.update(ranks)
     top = max(all_ranks) if all_ranks else -1
 
@@ -75,8 +73,10 @@ def resolve_memberships(
     for name in sorted(set(holders) | set(configured)):
         desc = descs.get(name)
         if name in configured:
-            lists = [ranks for ranks, _ in configured[name].most_common()]
-            if not _replicas(name, lists, listed_by):
+            recorded = configured[name]
+            # most recorded first (ties: first seen first)
+            lists = sorted(recorded, key=lambda ranks: -len(recorded[ranks]))
+            if not _replicas(recorded):
                 lists = lists[:1]
             result.extend(
                 Membership(name=name, desc=desc, ranks=ranks, inferred=False) for ranks in lists
@@ -89,19 +89,16 @@ def resolve_memberships(
     return result
 
 
-def _replicas(
-    name: str,
-    lists: list[tuple[int, ...]],
-    listed_by: Mapping[tuple[str, tuple[int, ...]], set[int]],
-) -> bool:
-    """Whether ``lists`` (several member lists recorded under ``name``) are replicas: no
-    rank in two of them, and each recorded only by its own members."""
-    if len(lists) < 2:
+def _replicas(recorded: Mapping[tuple[int, ...], set[int]]) -> bool:
+    """Whether the member lists ``recorded`` under one name (each with the ranks that
+    recorded it) are replicas: no rank in two of them, each recorded only by its own
+    members."""
+    if len(recorded) < 2:
         return False
     seen: set[int] = set()
-    for ranks in lists:
+    for ranks, recorders in recorded.items():
         members = set(ranks)
-        if members & seen or not listed_by[(name, ranks)] <= members:
+        if members & seen or not recorders <= members:
             return False
         seen |= members
     return True
