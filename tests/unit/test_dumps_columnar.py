@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 import random
 import struct
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -196,10 +197,8 @@ def test_what_the_decoder_declines_the_general_path_reads(change: Any) -> None:
 FRAME = {"name": "f", "filename": "a.py", "line": 1}
 
 
-def _loaded(data: bytes, tmp: Path | None = None) -> Any:
+def _loaded(data: bytes) -> Any:
     """``load_dump_file`` on ``data``: its rows, or the problem its error names."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "nccl_trace_rank_0"
         path.write_bytes(data)
