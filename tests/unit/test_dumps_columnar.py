@@ -290,6 +290,71 @@ def test_a_pickle_that_multiplies_by_reference_is_declined_at_once() -> None:
     assert _loaded(data) == "hostile"
 
 
+def _shape_bomb(entries: int) -> list[dict[str, Any]]:
+    """Entries that all name one big shape list: 4 KB in a pickle, 8 MB decoded."""
+    shapes = [list(range(1000))] * 1000
+    return [fr_entry(record_id=i, seq=i + 1, sizes=shapes) for i in range(entries)]
+
+
+def test_the_general_path_does_not_expand_what_the_decoder_declines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one field the decoder leaves to the general path (a record id written as text)
+    # must not let the rest through: 0.2 MB that would decode to 0.8 GB
+    entries = _shape_bomb(50)
+    entries[0]["record_id"] = "0"
+    data = pickle.dumps(fr_dump(entries), protocol=2)
+    assert columnar.decode_columns(data) is None
+    assert _loaded(data) == "hostile"
+    # nor does the pure-Python switch, which takes the general path for every dump
+    monkeypatch.setenv(FR_OTEL_PURE_PYTHON, "1")
+    assert _loaded(pickle.dumps(fr_dump(_shape_bomb(50)), protocol=2)) == "hostile"
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["decoder", "general-path"])
+def test_one_long_string_in_every_entry_is_refused(
+    monkeypatch: pytest.MonkeyPatch, pure: bool
+) -> None:
+    # 0.1 MB of thread name, named by 2,000 entries: 0.2 GB decoded
+    if pure:
+        monkeypatch.setenv(FR_OTEL_PURE_PYTHON, "1")
+    name = "t" * 100_000
+    entries = [fr_entry(record_id=i, seq=i + 1) for i in range(2000)]
+    for entry in entries:
+        entry["thread_name"] = name
+    assert _loaded(pickle.dumps(fr_dump(entries), protocol=2)) == "hostile"
+    assert len(_loaded(pickle.dumps(fr_dump(entries[:20]), protocol=2))) == 20
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["decoder", "general-path"])
+def test_one_long_stack_in_every_entry_is_not_copied_into_every_row(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pure: bool
+) -> None:
+    # each row copies its stack: 20,000 references to one frame, named by 1,000 entries,
+    # are 0.2 MB that would decode to 0.8 GB of frames
+    if pure:
+        monkeypatch.setenv(FR_OTEL_PURE_PYTHON, "1")
+    frame = {"name": "step", "filename": "/srv/job/train_loop.py", "line": 7}
+    stack = [frame] * 20_000
+    entries = [fr_entry(record_id=i, seq=i + 1) for i in range(1000)]
+    for entry in entries:
+        entry["frames"] = stack
+    data = pickle.dumps(fr_dump(entries), protocol=2)
+    assert len(data) < 250_000
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(data)
+    with pytest.raises(DumpError) as caught:
+        load.load_dump_file(DumpFile(path=path, rank=0), job="j", incident="i")
+    assert caught.value.problem == "hostile"
+    assert str(path) in str(caught.value)
+    assert f"these {len(data)} bytes" in str(caught.value)
+    assert "256 times" in str(caught.value)
+    # the same stack in a few entries is a dump like any other
+    path.write_bytes(pickle.dumps(fr_dump(entries[:2]), protocol=2))
+    table = load.load_dump_file(DumpFile(path=path, rank=0), job="j", incident="i").table
+    assert table.column("frames").to_pylist()[1] == [frame] * 20_000
+
+
 def test_a_memo_index_past_the_pickles_size_is_declined() -> None:
     assert columnar.decode_columns(b"\x80\x02]r\xff\xff\xff\x7f.") is None
 

@@ -133,7 +133,7 @@ def test_lines_equal_as_keys_but_not_as_frames_stay_apart() -> None:
         return [{"name": "step", "filename": "/job/train.py", "line": line}]
 
     entries = [{"frames": stack(line)} for line in (1, 1.0, 1, 1.0, 2.5)]
-    frames, sites = parse._frames_and_sites(entries, FRAME_LIST)
+    frames, sites = parse._frames_and_sites(entries, FRAME_LIST, float("inf"))
     assert sites.to_pylist() == [
         "/job/train.py:1 in step",
         "/job/train.py:1.0 in step",
@@ -153,7 +153,7 @@ def test_keys_the_conversion_ignores_do_not_split_stacks(
         {"frames": []},
     ]
     calls = _count_call_sites(monkeypatch)
-    frames, sites = parse._frames_and_sites(entries, FRAME_LIST)
+    frames, sites = parse._frames_and_sites(entries, FRAME_LIST, float("inf"))
     assert len(calls) == 2
     assert sites.to_pylist() == ["/job/a.py:3 in step", "/job/a.py:3 in step", None]
     assert frames.to_pylist() == [[{"name": "step", "filename": "/job/a.py", "line": 3}]] * 2 + [[]]

@@ -907,7 +907,8 @@ static int fill_columns(Column *cols, Node *entries, Stacks *stacks, size_t size
     Node *slot[N_FIELDS];
     /* The memo can also make one list of sizes or strings appear in every entry, many
      * times over: a few kilobytes that would decode to gigabytes. Real dumps decode to a
-     * few times their size; past 64 times (and a floor for tiny ones), this declines. */
+     * few times their size; past 64 times (and a floor for tiny ones), this declines:
+     * parse.EXPANSION_FACTOR and EXPANSION_FLOOR, which the general path keeps. */
     size_t limit = 64 * size + ((size_t)1 << 24);
     for (uint32_t row = 0; row < entries->len; row++) {
         Node *entry = entries->u.items[row];

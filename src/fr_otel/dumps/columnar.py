@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fr_otel.dumps.parse import RAW_ENTRY, DecodedEntries
+from fr_otel.dumps.parse import RAW_ENTRY, DecodedEntries, expansion_detail
 
 try:
     from fr_otel.dumps import _pickle_columns  # type: ignore[attr-defined]
@@ -71,11 +71,7 @@ def decode_columns(data: bytes) -> tuple[dict[str, Any], DecodedEntries] | None:
         return None
     decoded = _pickle_columns.decode(data)
     if decoded == "expands":
-        raise ExpandingPickleError(
-            f"its entries name the same lists so often that these {len(data)} bytes would"
-            " decode to more than 64 times their size; no Flight Recorder dump does that,"
-            " and it was not expanded"
-        )
+        raise ExpandingPickleError(expansion_detail(len(data)))
     if decoded is None:
         return None
     rest, n, columns, stacks = decoded

@@ -43,7 +43,8 @@ def load_dump_file(
     decoded = None
     with _open(dump.path) as handle:
         # the file's mtime is the best dump time a file can tell
-        mtime_ns = os.fstat(handle.fileno()).st_mtime_ns
+        stat = os.fstat(handle.fileno())
+        mtime_ns = stat.st_mtime_ns
         if (
             columnar.AVAILABLE
             and not pure_python()
@@ -70,4 +71,5 @@ def load_dump_file(
         rank=dump.rank,
         dump_time_ns=mtime_ns,
         members_column=members_column,
+        source_bytes=stat.st_size,
     )

@@ -15,6 +15,7 @@ import pickle
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, BinaryIO
 
 import pyarrow as pa
@@ -264,6 +265,84 @@ def _normalised(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+EXPANSION_FACTOR = 64
+"""A dump's entries may decode to this many times the dump's bytes (plus
+``EXPANSION_FLOOR``), their stacks aside, and not more. Real dumps decode to a few times
+their size; a pickle's memo lets a few bytes name one list in every entry, many times
+over: kilobytes that would decode to gigabytes. ``_pickle_columns.c`` keeps this bound
+(its own copy, in C) on what it decodes; ``dump_to_table`` keeps it on the general path."""
+STACK_EXPANSION_FACTOR = 256
+"""The bound on stacks, looser: torch memoises each frame, so a stack in the pickle is a
+list of 2-5 byte references to frames whose two strings every entry's row copies."""
+EXPANSION_FLOOR = 1 << 24
+
+
+def expansion_detail(size: int, factor: int = EXPANSION_FACTOR) -> str:
+    """Why a dump of ``size`` bytes that would decode past ``factor`` times that was not
+    read."""
+    return (
+        f"its entries name the same lists so often that these {size} bytes would decode to"
+        f" more than {factor} times their size; no Flight Recorder dump does that, and it"
+        " was not expanded"
+    )
+
+
+class _Expands(ValueError):
+    """The entries would decode past their bound: ``args[0]``, its factor."""
+
+
+_MEASURED_LISTS = (
+    # (field, bytes an item's length stands for): shapes hold int64s, the rest text
+    ("input_sizes", 8),
+    ("output_sizes", 8),
+    ("process_group", 1),
+    ("input_dtypes", 1),
+    ("output_dtypes", 1),
+)
+
+
+def _field_bytes(values: list[Any], unit: int, limit: float) -> float:
+    """What one field's lists, named by ``values`` (one per entry), decode to: 4 bytes an
+    item, ``unit`` for each of an item's elements. Counted at C speed, each reference
+    anew: that is what the conversion would make of them."""
+    lists = [value for value in values if isinstance(value, list | tuple)]
+    items = sum(map(len, lists))
+    if 4 * items > limit:  # not a step further: the items may name long lists again
+        return 4 * items
+    try:
+        units = sum(map(len, chain.from_iterable(lists)))
+    except TypeError:  # an item without a length (an int where a shape was due)
+        units = sum(len(i) if hasattr(i, "__len__") else 8 for i in chain.from_iterable(lists))
+    return 4 * (len(lists) + items) + unit * units
+
+
+def _check_entries_expansion(entries: list[dict[str, Any]], limit: float) -> None:
+    """Raise ``_Expands`` when the entries' lists and strings (stacks aside) would decode
+    to more than ``limit`` bytes, counted about as ``_pickle_columns.c`` counts."""
+    total = 0.0
+    for key, unit in _MEASURED_LISTS:
+        total += _field_bytes([entry.get(key) for entry in entries], unit, limit - total)
+        if total > limit:
+            raise _Expands(EXPANSION_FACTOR)
+    for key in _STR_FIELDS:
+        texts = [value for entry in entries if isinstance(value := entry.get(key), str)]
+        total += sum(map(len, texts))
+    if total > limit:
+        raise _Expands(EXPANSION_FACTOR)
+
+
+def _stack_bytes(stack: Any) -> int:
+    total = 4
+    for frame in stack if isinstance(stack, list | tuple) else ():
+        total += 16
+        if isinstance(frame, dict):
+            for key in ("name", "filename"):
+                text = frame.get(key)
+                if isinstance(text, str):
+                    total += len(text)
+    return total
+
+
 @dataclass(kw_only=True, slots=True)
 class DecodedEntries:
     """A dump's entries already in columns (``columnar.decode_columns``), each distinct
@@ -314,7 +393,7 @@ def _content_key(stack: Any) -> tuple[Any, ...] | None:
 
 
 def _frames_and_sites(
-    entries: list[dict[str, Any]], frame_list_type: pa.DataType
+    entries: list[dict[str, Any]], frame_list_type: pa.DataType, limit: float
 ) -> tuple[pa.Array, pa.Array]:
     """Convert each distinct stack once.
 
@@ -325,9 +404,13 @@ def _frames_and_sites(
     shared frames still converts each distinct stack once.
     """
     code_of: dict[tuple[int, ...] | None, int] = {}
+    # a list named by many entries is keyed once: a pickle can name a long one everywhere
+    key_of: dict[int, tuple[int, ...]] = {}
     codes = [
         code_of.setdefault(
-            None if (stack := entry.get("frames")) is None else tuple(map(id, stack)),
+            None
+            if (stack := entry.get("frames")) is None
+            else key_of.get(id(stack)) or key_of.setdefault(id(stack), tuple(map(id, stack))),
             len(code_of),
         )
         for entry in entries
@@ -351,15 +434,20 @@ def _frames_and_sites(
         position[code] = found
     same = len(unique) == len(code_of) and position == list(range(len(code_of)))
     take = pa.array(codes if same else list(map(position.__getitem__, codes)), type=pa.int32())
-    return _stack_columns(unique, take, frame_list_type)
+    return _stack_columns(unique, take, frame_list_type, limit)
 
 
 def _stack_columns(
-    stacks: list[Any], index: pa.Array, frame_list_type: pa.DataType
+    stacks: list[Any], index: pa.Array, frame_list_type: pa.DataType, limit: float
 ) -> tuple[pa.Array, pa.Array]:
-    """The ``frames`` and ``call_site`` columns of rows that hold ``stacks[index[i]]``."""
+    """The ``frames`` and ``call_site`` columns of rows that hold ``stacks[index[i]]``.
+    Raises ``_Expands`` when these would take more than ``limit`` bytes: each row copies
+    its stack, so a pickle can make one long stack every entry's."""
     if not stacks:
         return pa.nulls(len(index), type=frame_list_type), pa.nulls(len(index), pa.string())
+    sizes = pa.array([_stack_bytes(stack) for stack in stacks], pa.int64())
+    if (pc.sum(sizes).as_py() or 0) > limit or (pc.sum(sizes.take(index)).as_py() or 0) > limit:
+        raise _Expands(STACK_EXPANSION_FACTOR)
     sites = pa.array([call_site(stack) for stack in stacks], type=pa.string())
     return pa.array(stacks, type=frame_list_type).take(index), sites.take(index)
 
@@ -440,10 +528,13 @@ def dump_to_table(
     dump_time_ns: int | None,
     members_column: bool = True,
     decoded: DecodedEntries | None = None,
+    source_bytes: int | None = None,
 ) -> ParsedDump:
     """Turn one decoded dump into canonical rows.
 
-    Raises ``DumpError`` (``foreign``/``corrupt``) when the dump's structure is not FR's.
+    Raises ``DumpError`` (``foreign``/``corrupt``) when the dump's structure is not FR's,
+    and (``hostile``) when its entries would decode to far more than the ``source_bytes``
+    it was read from (``EXPANSION_FACTOR``); without ``source_bytes``, nothing bounds them.
     ``members_column=False``: the table leaves out ``pg_ranks``, for a file written
     without it (``import_dumps(members_in_files=False)``); ``groups`` still has them.
     ``decoded``: the entries, already in columns; ``dump`` then holds the rest.
@@ -460,14 +551,26 @@ def dump_to_table(
             for key in _REQUIRED_ENTRY_KEYS:
                 if key not in entry:
                     raise DumpError(path, "corrupt", f"entry {index} has no '{key}' field")
+    if source_bytes is None:
+        limit = stack_limit = float("inf")
+    else:
+        limit = EXPANSION_FACTOR * source_bytes + EXPANSION_FLOOR
+        stack_limit = STACK_EXPANSION_FACTOR * source_bytes + EXPANSION_FLOOR
     try:
         if decoded is None:
+            # the decoder bounds what it decodes itself
+            _check_entries_expansion(entries, limit)
             raw = _raw_entries(entries)
-            frames, sites = _frames_and_sites(entries, RECORD_SCHEMA.field("frames").type)
+            frames, sites = _frames_and_sites(
+                entries, RECORD_SCHEMA.field("frames").type, stack_limit
+            )
         else:
             raw = decoded.raw
             frames, sites = _stack_columns(
-                decoded.stacks, decoded.stack_index, RECORD_SCHEMA.field("frames").type
+                decoded.stacks,
+                decoded.stack_index,
+                RECORD_SCHEMA.field("frames").type,
+                stack_limit,
             )
         parsed = _build(
             dump,
@@ -483,6 +586,8 @@ def dump_to_table(
             dump_time_ns,
             members_column,
         )
+    except _Expands as exc:
+        raise DumpError(path, "hostile", expansion_detail(source_bytes or 0, *exc.args)) from None
     except (TypeError, ValueError, IndexError, OverflowError, pa.ArrowException) as exc:
         raise DumpError(path, "corrupt", f"unexpected field contents ({exc})") from None
     warning = version_warning(version)
