@@ -445,8 +445,9 @@ def _stack_columns(
     its stack, so a pickle can make one long stack every entry's."""
     if not stacks:
         return pa.nulls(len(index), type=frame_list_type), pa.nulls(len(index), pa.string())
+    # every stack is some row's, so the rows' total bounds the stacks' conversion too
     sizes = pa.array([_stack_bytes(stack) for stack in stacks], pa.int64())
-    if (pc.sum(sizes).as_py() or 0) > limit or (pc.sum(sizes.take(index)).as_py() or 0) > limit:
+    if (pc.sum(sizes.take(index)).as_py() or 0) > limit:
         raise _Expands(STACK_EXPANSION_FACTOR)
     sites = pa.array([call_site(stack) for stack in stacks], type=pa.string())
     return pa.array(stacks, type=frame_list_type).take(index), sites.take(index)
