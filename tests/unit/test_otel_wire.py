@@ -330,6 +330,13 @@ EDGE_ROWS: dict[str, list[dict[str, Any]]] = {
             record_id=5, pg_ranks=[1, 2, 3], input_sizes=[[2, 3], [1]], output_sizes=[[2], [3, 1]]
         ),
         canonical_row(record_id=6, pg_ranks=[0, 1], input_sizes=[[0, 1]], output_sizes=[[0], [1]]),
+        # over model.PG_RANKS_LISTED_MAX: runs (fr_otel.pg.rank_ranges), and a list that has
+        # no runs, and one with a negative member (no rank), which stays a list
+        canonical_row(record_id=7, pg_ranks=list(range(64))),
+        canonical_row(record_id=8, pg_ranks=list(range(65))),
+        canonical_row(record_id=9, pg_ranks=[*range(3, 4096, 4), 0, 1]),
+        canonical_row(record_id=10, pg_ranks=random.Random(3).sample(range(1000), 100)),
+        canonical_row(record_id=11, pg_ranks=[*range(100), -1]),
     ],
     "call_sites": [
         canonical_row(record_id=i, call_site=text)

@@ -41,6 +41,10 @@ PG_NAME: Final = f"{NS}.pg.name"
 PG_DESC: Final = f"{NS}.pg.desc"
 PG_SIZE: Final = f"{NS}.pg.size"
 PG_RANKS: Final = f"{NS}.pg.ranks"
+PG_RANK_RANGES: Final = f"{NS}.pg.rank_ranges"
+PG_RANKS_LISTED_MAX: Final = 64
+"""Groups up to this size carry their members as ``PG_RANKS`` (an int array), larger ones
+as ``PG_RANK_RANGES`` (text: ``0-9999``, ``3-9999/4``; ``fr_otel.otel.rankranges``)."""
 COLLECTIVE_SEQ_ID: Final = f"{NS}.collective_seq_id"
 P2P_SEQ_ID: Final = f"{NS}.p2p_seq_id"
 OP: Final = f"{NS}.op"
@@ -81,6 +85,7 @@ SPAN_ATTRIBUTES: Final = (
     PG_DESC,
     PG_SIZE,
     PG_RANKS,
+    PG_RANK_RANGES,
     COLLECTIVE_SEQ_ID,
     P2P_SEQ_ID,
     OP,
