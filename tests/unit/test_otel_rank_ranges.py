@@ -15,8 +15,8 @@ import pytest
 from fr_otel.archive import import_dumps
 from fr_otel.otel import model
 from fr_otel.otel.encode import encode_requests, row_to_span
-from fr_otel.otel.jsonfile import to_otlp_json, write_otlp_json
-from fr_otel.otel.otlp_import import read_otlp_json_table
+from fr_otel.otel.jsonfile import read_otlp_json, to_otlp_json, write_otlp_json
+from fr_otel.otel.otlp_import import import_traces, read_otlp_json_table
 from fr_otel.otel.rankranges import from_ranges, to_ranges
 from fr_otel.otel.wire import encode_requests_fast
 from fr_otel.sim import FleetSpec, simulate, write_fleet
@@ -148,3 +148,40 @@ def test_a_span_whose_runs_are_not_runs_is_a_clear_import_problem(tmp_path: Path
     assert problem.path == str(path)
     assert problem.problem == "corrupt"
     assert "'x' is not a rank run" in str(problem)
+
+
+def test_runs_that_would_expand_past_the_bound_dumps_have_are_refused_as_hostile(
+    tmp_path: Path,
+) -> None:
+    """A few bytes of runs name a million ranks: 8 MB in every row. Past 64 times the
+    file's size (plus 16 MiB), as for pickles, the file is refused before it is built;
+    a file of the same shape with real groups still imports."""
+    rows = [canonical_row(record_id=i, pg_ranks=list(range(100))) for i in range(200)]
+    data = to_otlp_json(next(iter(encode_requests(canonical_table(rows)))))
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps(data) + "\n")
+    report = import_dumps([path], archive=tmp_path / "fine")
+    assert not report.problems, report.problems
+    assert _rows_of(report.files_written) == [list(range(100))] * 200
+    for span in data["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for kv in span["attributes"]:
+            if kv["key"] == model.PG_RANK_RANGES:
+                kv["value"]["stringValue"] = "0-999999"
+    path.write_text(json.dumps(data) + "\n")
+    report = import_dumps([path], archive=tmp_path / "bomb")
+    assert not report.files_written
+    (problem,) = report.problems
+    assert (problem.path, problem.problem) == (str(path), "hostile")
+    assert model.PG_RANK_RANGES in str(problem)
+    # ValueError, not the class: other tests re-import fr_otel's modules
+    with pytest.raises(ValueError, match="more than 1,000 ranks") as caught:
+        import_traces(read_otlp_json(path), max_members=1_000)
+    assert type(caught.value).__name__ == "ExpandingSpansError"
+
+
+def _rows_of(files: list[Path]) -> list[list[int] | None]:
+    return (
+        pa.concat_tables(pq.read_table(p, columns=["pg_ranks"]) for p in files)
+        .column("pg_ranks")
+        .to_pylist()
+    )

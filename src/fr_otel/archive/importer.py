@@ -74,7 +74,7 @@ from fr_otel.dumps.membership import (
     needs_membership,
     resolve_memberships,
 )
-from fr_otel.dumps.parse import GroupSeen
+from fr_otel.dumps.parse import EXPANSION_FACTOR, EXPANSION_FLOOR, GroupSeen
 from fr_otel.errors import ArchiveError, ConfigError, DumpError
 from fr_otel.pathnames import printable
 from fr_otel.schema import RECORD_SCHEMA
@@ -822,6 +822,12 @@ class SpansRead:
     """Spans that are not fr_otel's (other services' spans in a Collector's archive)."""
 
 
+def _span_members_bound(size: int) -> int:
+    """How many ranks the member runs of ``size`` bytes of spans may name in all: what
+    their rows' ``pg_ranks`` (8 bytes a member) may hold under the bound dumps have."""
+    return (EXPANSION_FACTOR * size + EXPANSION_FLOOR) // 8
+
+
 def read_spans_file(path: Path) -> SpansRead:
     """fr_otel's rows from an OTLP JSON lines file; never raises for a bad file.
 
@@ -834,7 +840,7 @@ def read_spans_file(path: Path) -> SpansRead:
     from google.protobuf import json_format
 
     from fr_otel.otel.jsonfile import from_otlp_json
-    from fr_otel.otel.otlp_import import import_traces
+    from fr_otel.otel.otlp_import import ExpandingSpansError, import_traces
 
     try:
         handle = path.open("rb")
@@ -847,9 +853,11 @@ def read_spans_file(path: Path) -> SpansRead:
         )
     messages = []
     complete = 0
+    read_bytes = 0
     cut_at: int | None = None
     with handle:
         for number, line in enumerate(handle, start=1):
+            read_bytes += len(line)
             if not line.strip():
                 continue
             try:
@@ -886,7 +894,9 @@ def read_spans_file(path: Path) -> SpansRead:
     if complete == 0 and cut_at is None:
         return SpansRead(table=None, problem=DumpError(path, "empty", "the file has no line"))
     try:
-        imported = import_traces(messages)
+        imported = import_traces(messages, max_members=_span_members_bound(read_bytes))
+    except ExpandingSpansError as exc:
+        return SpansRead(table=None, problem=DumpError(path, "hostile", str(exc)))
     except (ValueError, TypeError) as exc:  # an attribute fr_otel writes as JSON text
         return SpansRead(
             table=None, problem=DumpError(path, "corrupt", f"a span cannot be read: {exc}")

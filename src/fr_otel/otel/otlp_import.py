@@ -26,6 +26,11 @@ Not carried by spans, so null: ``pg_id``, ``op_id``, ``profiling_name``,
 ``source_file``, ``fr_version``, ``comm_lib_version``; ``pg_ranks_inferred`` (not nullable)
 is ``False``.
 
+A large group's members come back from their runs (``fr_otel.pg.rank_ranges``), which a few
+bytes can make as long as any list: ``import_traces(max_members=...)`` refuses spans whose
+runs would expand past a bound (``ExpandingSpansError``; ``fr-otel import`` gives spans the
+bound dumps have).
+
 Lossy by construction of the encoder: a p2p span carries no ``collective_seq_id`` and a
 collective span no ``p2p_seq_id`` (both null here); ``dump_time_ns`` of done work and the
 completion time of work the encoder counted as not done are not carried.
@@ -56,6 +61,29 @@ UNKNOWN = "unknown"
 """``job``/``incident`` of a span whose resource and attributes name none."""
 
 
+class ExpandingSpansError(ValueError):
+    """Spans whose member runs name more ranks, over all rows, than ``import_traces``'s
+    ``max_members``: ``0-999999`` is 8 bytes of text and 8 MB of a row."""
+
+
+class _Members:
+    """How many members the rows' runs may still expand to (``None``: no bound)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = self.left = limit
+
+    def spend(self, members: int) -> None:
+        if self.left is None:
+            return
+        self.left -= members
+        if self.left < 0:
+            raise ExpandingSpansError(
+                f"their member runs ({model.PG_RANK_RANGES}) name more than {self.limit:,}"
+                " ranks over all rows, more than their size can justify; fr_otel never"
+                " writes that, and they were not expanded"
+            )
+
+
 @dataclass(frozen=True)
 class OtlpImport:
     """The rows rebuilt from spans, and how many spans were not ours."""
@@ -79,7 +107,7 @@ def _attributes(items: Iterable[KeyValue]) -> dict[str, Any]:
     return {kv.key: _python(kv.value) for kv in items}
 
 
-def _row(span: Span, resource: dict[str, Any]) -> dict[str, Any] | None:
+def _row(span: Span, resource: dict[str, Any], members: _Members) -> dict[str, Any] | None:
     attrs = _attributes(span.attributes)
     rank, record_id = attrs.get(model.RANK), attrs.get(model.RECORD_ID)
     if not isinstance(rank, int) or not isinstance(record_id, int):
@@ -89,6 +117,8 @@ def _row(span: Span, resource: dict[str, Any]) -> dict[str, Any] | None:
     for attribute in SPAN_PLAN:
         if attribute.form != "count":
             row[attribute.column] = attribute.read(attrs)
+    if model.PG_RANK_RANGES in attrs and row["pg_ranks"] is not None:
+        members.spend(len(row["pg_ranks"]))
     coll, p2p = row["collective_seq_id"], row["p2p_seq_id"]
     op = row["op"] or span.name
     if p2p is not None or coll is not None:
@@ -126,16 +156,22 @@ def _row(span: Span, resource: dict[str, Any]) -> dict[str, Any] | None:
     return row
 
 
-def import_traces(traces: Iterable[TracesData | ExportTraceServiceRequest]) -> OtlpImport:
-    """Canonical rows (ordered by job, incident, rank, record_id) from fr_otel's spans."""
+def import_traces(
+    traces: Iterable[TracesData | ExportTraceServiceRequest], *, max_members: int | None = None
+) -> OtlpImport:
+    """Canonical rows (ordered by job, incident, rank, record_id) from fr_otel's spans.
+
+    ``max_members``: how many ranks the rows' member runs may name in all, for spans read
+    from a file (``ExpandingSpansError`` past it); ``None``: no bound."""
     rows: list[dict[str, Any]] = []
     skipped = 0
+    members = _Members(max_members)
     for message in traces:
         for resource_spans in message.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
-                    row = _row(span, resource)
+                    row = _row(span, resource, members)
                     if row is None:
                         skipped += 1
                     else:
