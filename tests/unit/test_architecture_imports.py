@@ -123,3 +123,21 @@ def test_no_module_imports_another_modules_private_names(path: Path) -> None:
         and not _own_private_module(path, node.module or "", alias.name)
     ]
     assert not private, f"{path.relative_to(ROOT)} imports private names {private}"
+
+
+HEAVY = ("duckdb", "pyarrow", "numpy", "torch")
+"""Modules that cost a command 0.05-2 s to import: loaded only on the paths that use them."""
+
+
+@pytest.mark.parametrize("module", ["fr_otel.cli", "fr_otel.run"])
+def test_starting_the_cli_loads_no_heavy_module(module: str) -> None:
+    """``fr-otel run`` (every launch of a job under it), ``--help`` and every command start
+    from these: once, a report helper's import of the analysis made each of them load
+    duckdb and pyarrow, 65 ms -> 213 ms."""
+    import subprocess
+
+    probe = f"import sys, {module}; print(' '.join(m for m in {HEAVY!r} if m in sys.modules))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert loaded == []
