@@ -44,6 +44,11 @@ Goals (issue 19), checked and printed at the end:
   there), end to end under 120 s with a peak RSS under 4 GB (the larger of the two RSS
   measurements).
 
+The floor and both fr-otel commands run ``--repeat`` times (3; once above 1,024 ranks),
+taking turns, and each reports its fastest run: this machine's speed drifts by tens of
+percent between minutes, which a ratio of two runs minutes apart would measure instead.
+The ratio of each round is printed too. torchfrtrace runs once.
+
 Dump generation and the archive import are never timed, and every dump is read once
 before the runs so that no tool pays for a cold page cache. fr_otel's modules are
 byte-compiled first, as a regular ``pip install`` does. Fleets are kept under ``--out``
@@ -93,6 +98,9 @@ BIG_RSS_GOAL_MB = 4 * 1024
 FR_TRACE_MAX_SIZE = 1024
 """Above this many ranks torchfrtrace would take more than 10 minutes: not run unless asked."""
 FLOOR_WORKERS = 2
+REPEAT = 3
+REPEAT_MAX_WORLD = 1024
+"""Sizes up to this run the floor and fr-otel ``--repeat`` times; larger ones once."""
 SAMPLE_S = 0.05
 MB = 1024 * 1024
 
@@ -477,7 +485,10 @@ class Row:
     fleet: PreparedFleet
     tool: str
     run: Measured | None
+    """The run the row reports: of repeated runs, the fastest."""
     verdict: Verdict
+    walls: list[float] = dataclasses.field(default_factory=list)
+    """Every run's wall time, in the order run (one entry unless repeated)."""
 
     @property
     def match(self) -> bool:
@@ -502,27 +513,7 @@ def bench_fleet(
     rows: list[Row] = []
     warm_page_cache(fleet.dumps)
 
-    cmd = [sys.executable, "-c", FLOOR_CODE, str(fleet.dumps), PREFIX, str(args.floor_workers)]
-    run = run_measured(cmd, logs / "floor", args.timeout)
-    rows.append(Row(fleet, FLOOR, run, floor_verdict(run, fleet.world)))
-
-    if skip_fr_trace:
-        rows.append(Row(fleet, FR_TRACE, None, Verdict(skip_fr_trace, None)))
-    else:
-        cmd = [*_script("torchfrtrace", "torch.distributed.flight_recorder.fr_trace")]
-        cmd += [str(fleet.dumps), "-p", PREFIX]
-        if args.fr_trace_mismatch_cap is not None:
-            cmd += ["--mismatch_cap", str(args.fr_trace_mismatch_cap)]
-        run = run_measured(cmd, logs / "torchfrtrace", args.timeout)
-        rows.append(Row(fleet, FR_TRACE, run, fr_trace_verdict(run, fleet.culprits)))
-        if fleet.world in args.full_fr_trace_sizes:
-            full = [*cmd[: cmd.index("-p") + 2], "--mismatch_cap", str(FULL_CAP)]
-            run = run_measured(full, logs / "torchfrtrace-full", args.timeout)
-            rows.append(Row(fleet, FR_TRACE_FULL, run, fr_trace_verdict(run, fleet.culprits)))
-
-    cmd = [*fr_otel, "analyze", str(fleet.dumps), "--format", "json"]
-    run = run_measured(cmd, logs / "fr-otel-dumps", args.timeout)
-    rows.append(Row(fleet, OURS_E2E, run, fr_otel_verdict(run)))
+    repeats = args.repeat if fleet.world <= REPEAT_MAX_WORLD else 1
 
     # the import is setup for the re-analysis row, not part of what is timed
     archive = args.out / "archives" / fleet.name
@@ -533,15 +524,73 @@ def bench_fleet(
         text=True,
         timeout=args.timeout,
     )
+    logs.mkdir(parents=True, exist_ok=True)
     (logs / "fr-otel-import.log").write_text(imp.stdout + imp.stderr)
+    import_failed = None
     if imp.returncode != 0:
         detail = (imp.stderr.strip().splitlines() or ["?"])[-1][:120]
-        rows.append(Row(fleet, OURS_ARCHIVE, None, Verdict(f"import failed: {detail}", None)))
-        return rows
-    cmd = [*fr_otel, "analyze", str(archive), "--format", "json"]
-    run = run_measured(cmd, logs / "fr-otel-archive", args.timeout)
-    rows.append(Row(fleet, OURS_ARCHIVE, run, fr_otel_verdict(run)))
-    return rows
+        import_failed = Verdict(f"import failed: {detail}", None)
+
+    theirs: list[Row] = []
+    if skip_fr_trace:
+        theirs.append(Row(fleet, FR_TRACE, None, Verdict(skip_fr_trace, None)))
+    else:  # minutes: run once
+        cmd = [*_script("torchfrtrace", "torch.distributed.flight_recorder.fr_trace")]
+        cmd += [str(fleet.dumps), "-p", PREFIX]
+        if args.fr_trace_mismatch_cap is not None:
+            cmd += ["--mismatch_cap", str(args.fr_trace_mismatch_cap)]
+        run = run_measured(cmd, logs / "torchfrtrace", args.timeout)
+        theirs.append(
+            Row(fleet, FR_TRACE, run, fr_trace_verdict(run, fleet.culprits), [run.wall_s])
+        )
+        if fleet.world in args.full_fr_trace_sizes:
+            full = [*cmd[: cmd.index("-p") + 2], "--mismatch_cap", str(FULL_CAP)]
+            run = run_measured(full, logs / "torchfrtrace-full", args.timeout)
+            theirs.append(
+                Row(fleet, FR_TRACE_FULL, run, fr_trace_verdict(run, fleet.culprits), [run.wall_s])
+            )
+
+    # The floor and fr-otel take turns, round after round: this machine's speed drifts by
+    # tens of percent within minutes, and a ratio of two runs minutes apart measured that
+    # drift (the floor alone went from 0.91 s to 1.66 s between two runs)
+    tools = {
+        FLOOR: [
+            sys.executable,
+            "-c",
+            FLOOR_CODE,
+            str(fleet.dumps),
+            PREFIX,
+            str(args.floor_workers),
+        ],
+        OURS_E2E: [*fr_otel, "analyze", str(fleet.dumps), "--format", "json"],
+    }
+    if import_failed is None:
+        tools[OURS_ARCHIVE] = [*fr_otel, "analyze", str(archive), "--format", "json"]
+    stems = {FLOOR: "floor", OURS_E2E: "fr-otel-dumps", OURS_ARCHIVE: "fr-otel-archive"}
+    runs: dict[str, list[Measured]] = {tool: [] for tool in tools}
+    for round_ in range(repeats):
+        for tool, cmd in tools.items():
+            stem = stems[tool] + (f"-{round_ + 1}" if repeats > 1 else "")
+            runs[tool].append(run_measured(cmd, logs / stem, args.timeout))
+    for tool in (FLOOR, OURS_E2E, OURS_ARCHIVE):
+        if tool not in runs:
+            assert import_failed is not None
+            rows.append(Row(fleet, tool, None, import_failed))
+            continue
+        done = runs[tool]
+        verdicts = [
+            floor_verdict(r, fleet.world) if tool == FLOOR else fr_otel_verdict(r) for r in done
+        ]
+        best = min(range(len(done)), key=lambda i: done[i].wall_s)
+        verdict = verdicts[best]
+        # a verdict that changed between runs is reported, whichever run was fastest
+        if any(v.culprits != verdict.culprits or v.text != verdict.text for v in verdicts):
+            worst = next((v for v in verdicts if not v.matches(fleet.culprits)), verdict)
+            verdict = Verdict(
+                f"verdicts differ between runs: {worst.text}", worst.culprits, worst.notes
+            )
+        rows.append(Row(fleet, tool, done[best], verdict, [r.wall_s for r in done]))
+    return [rows[0], *theirs, *rows[1:]]
 
 
 def _fmt_table(rows: list[Row]) -> str:
@@ -602,14 +651,17 @@ def _speedups(rows: list[Row], world: int) -> tuple[list[str], float | None]:
 
 def _floor_ratio(rows: list[Row], world: int) -> tuple[str, float | None]:
     """fr-otel end-to-end wall / the floor's wall, as printed, and the ratio."""
-    ours = _ok_run(_find(rows, world, OURS_E2E))
-    floor = _ok_run(_find(rows, world, FLOOR))
-    if floor is None:
+    ours_row, floor_row = _find(rows, world, OURS_E2E), _find(rows, world, FLOOR)
+    ours, floor = _ok_run(ours_row), _ok_run(floor_row)
+    if floor is None or floor_row is None:
         return "floor n/a (it did not read every dump)", None
     said = f"floor {floor.wall_s:.2f} s, {floor.peak_mb:.0f} MB peak RSS"
-    if ours is None:
+    if ours is None or ours_row is None:
         return said + "; fr-otel gave no verdict", None
     ratio = ours.wall_s / floor.wall_s
+    pairs = list(zip(ours_row.walls, floor_row.walls, strict=False))
+    if len(pairs) > 1:
+        said += "; fastest of each; round by round " + ", ".join(f"{o / f:.2f}x" for o, f in pairs)
     return f"{ratio:.2f}x the floor ({said})", ratio
 
 
@@ -760,6 +812,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--skip-fr-trace", action="store_true", help="do not run torchfrtrace")
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=REPEAT,
+        help=f"rounds of the floor and fr-otel, interleaved, each tool's fastest reported"
+        f" (default {REPEAT}; sizes over {REPEAT_MAX_WORLD} ranks run once; torchfrtrace once)",
+    )
+    parser.add_argument(
         "--fr-trace-max-size",
         type=int,
         default=FR_TRACE_MAX_SIZE,
@@ -840,8 +899,12 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print("notes:")
     for row in rows:
-        if row.verdict.notes:
-            print(f"  {row.fleet.name} {row.tool}: " + "; ".join(row.verdict.notes))
+        notes = list(row.verdict.notes)
+        if len(row.walls) > 1:
+            walls = ", ".join(f"{w:.2f}" for w in row.walls)
+            notes.append(f"fastest of {len(row.walls)} interleaved runs ({walls} s)")
+        if notes:
+            print(f"  {row.fleet.name} {row.tool}: " + "; ".join(notes))
     for line in report(rows, args.sizes, args.big, args.skip_fr_trace):
         print(line)
     print(f"\nlogs: {args.out / 'logs'}")
@@ -857,6 +920,7 @@ def main(argv: list[str] | None = None) -> None:
             "rc": row.run.rc if row.run else None,
             "timed_out": row.run.timed_out if row.run else None,
             "wall_s": row.run.wall_s if row.run else None,
+            "walls_s": row.walls,
             "cpu_s": row.run.cpu_s if row.run else None,
             "maxrss_largest_process_mb": row.run.maxrss_mb if row.run else None,
             "maxrss_process_tree_sampled_mb": row.run.tree_mb if row.run else None,
