@@ -182,11 +182,12 @@ def _members_pair(key: str, ranks: list[int]) -> tuple[str, Any]:
     return (key, ranks) if runs is None else (model.PG_RANK_RANGES, runs)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)
 def _runs(ranks: tuple[int, ...]) -> str | None:
     """``to_ranges`` of ``ranks``, once per group (an encoder meets the same few groups in
-    every block: at 100,000 members each conversion is 25 ms); ``None`` for a list that
-    is not plain non-negative ints, which no group has: it stays a list, nothing lost."""
+    every block: at 100,000 members each conversion is 25 ms; a rank has few groups over
+    64 members, so 8 are kept); ``None`` for a list that is not plain non-negative ints,
+    which no group has: it stays a list, nothing lost."""
     if not all(type(r) is int and r >= 0 for r in ranks):
         return None
     return to_ranges(ranks)

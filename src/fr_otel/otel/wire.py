@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import struct
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any, TypeAlias
@@ -667,9 +666,7 @@ class _Rows:
         leads = [b.key_lead.encode() for b in blocks]
         self.trace_hashers = [blake2b(lead, digest_size=16) for lead in leads]
         self.span_hashers = [blake2b(lead, digest_size=8) for lead in leads]
-        self.blocks: Iterable[int] = (
-            itertools.repeat(0, len(record_id)) if single else codes.to_pylist()
-        )
+        self.blocks: list[int] = [0] * len(record_id) if single else codes.to_pylist()
         self.tails: list[bytes] = sequence_text.view(pa.binary()).to_pylist()
         self.id_tails: list[bytes] = id_tail.view(pa.binary()).to_pylist()
 
