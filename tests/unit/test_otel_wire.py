@@ -531,3 +531,20 @@ def test_encoding_attempts_no_import(
     for name, fleet in fleets.items():
         assert list(encode_requests_fast(fleet)), name
     assert attempts == []
+
+
+def test_member_lists_as_a_dictionary_column_give_the_same_requests() -> None:
+    """The recorder's continuous mode hands each row's member list as an index into its
+    groups' lists (a dictionary column), not as a copy per row."""
+    table = canonical_table(
+        [row for case in ("lists", "ranks_jobs_and_duplicates_unsorted") for row in EDGE_ROWS[case]]
+    )
+    want = list(encode_requests_fast(table))
+    members = table.column("pg_ranks").to_pylist()
+    distinct = list({repr(m): m for m in members}.values())
+    encoded = pa.DictionaryArray.from_arrays(
+        pa.array([distinct.index(m) for m in members], pa.int32()),
+        pa.array(distinct, RECORD_SCHEMA.field("pg_ranks").type),
+    )
+    index = table.schema.get_field_index("pg_ranks")
+    assert list(encode_requests_fast(table.set_column(index, "pg_ranks", encoded))) == want

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from fr_otel.otel.wire import encode_requests_fast
 from fr_otel.recorder.ring import GroupInfo, RingContents, Signature
 from fr_otel.recorder.slot import COMPLETED, FAILED, SCHEDULED, STARTED, STATE_NAMES
 from fr_otel.recorder.table import ring_table
@@ -152,8 +153,9 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize(("first_record", "completed_only"), [(0, False), (120, True), (0, True)])
+@pytest.mark.parametrize("as_dictionary", [False, True])
 def test_ring_table_is_the_slot_by_slot_rule(
-    tmp_path: Path, case: str, first_record: int, completed_only: bool
+    tmp_path: Path, case: str, first_record: int, completed_only: bool, as_dictionary: bool
 ) -> None:
     contents = _contents(tmp_path, CASES[case])
     table = ring_table(
@@ -163,6 +165,7 @@ def test_ring_table_is_the_slot_by_slot_rule(
         dump_time_ns=77,
         first_record=first_record,
         completed_only=completed_only,
+        members_as_dictionary=as_dictionary,
     )
     kept = [
         s
@@ -175,13 +178,21 @@ def test_ring_table_is_the_slot_by_slot_rule(
     expected = pa.Table.from_pylist(
         [_expected(contents, slot, 77) for slot in kept], schema=RECORD_SCHEMA
     )
+    if as_dictionary:  # continuous mode's: each row's member list is an index into the groups'
+        assert pa.types.is_dictionary(table.schema.field("pg_ranks").type)
+        members = table.column("pg_ranks").combine_chunks().dictionary_decode()
+        table = table.set_column(
+            table.schema.get_field_index("pg_ranks"), RECORD_SCHEMA.field("pg_ranks"), members
+        )
+        assert list(encode_requests_fast(table)) == list(encode_requests_fast(expected))
     assert table.schema.equals(RECORD_SCHEMA, check_metadata=True)
     assert table.to_pylist() == expected.to_pylist()
 
 
 @pytest.mark.parametrize("kept_bytes", [4 << 20, 0])
+@pytest.mark.parametrize("as_dictionary", [False, True])
 def test_tables_of_successive_passes_share_nothing_stale(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept_bytes: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept_bytes: int, as_dictionary: bool
 ) -> None:
     """What one pass converted is kept for the next (continuous mode's passes look alike):
     passes of other sizes, and a group or signature changed under the same id, still
@@ -197,5 +208,7 @@ def test_tables_of_successive_passes_share_nothing_stale(
         contents.groups[0] = GROUPS[group]
         contents.signatures[0] = SIGNATURES[signature]
         expected = [_expected(contents, slot, 5) for slot in slots]
-        table = ring_table(contents, job="j", incident="i", dump_time_ns=5)
+        table = ring_table(
+            contents, job="j", incident="i", dump_time_ns=5, members_as_dictionary=as_dictionary
+        )
         assert table.to_pylist() == pa.Table.from_pylist(expected, schema=RECORD_SCHEMA).to_pylist()

@@ -215,6 +215,7 @@ class SpanStream(threading.Thread):
             job=self._settings.job,
             incident=CONTINUOUS_INCIDENT,
             dump_time_ns=time.time_ns(),
+            members_as_dictionary=True,  # for spans only: no member list copied per row
         )
 
     def _merged(self, contents: RingContents) -> pa.Table:

@@ -10,7 +10,7 @@ rest of the table.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -52,11 +52,20 @@ def _schema(names: tuple[str, ...]) -> pa.Schema:
     return pa.schema([(name, _FIELD[name]) for name in names])
 
 
-_DISTINCT: dict[str, pa.Table] = {}
-"""Per-distinct-value columns, by the ``repr`` of what they were built from: a running job
-has a few groups, signatures and call sites, and every export pass converts the same ones."""
+_MEMBERS_TYPE = pa.dictionary(pa.int32(), _FIELD["pg_ranks"])
+_MEMBERS_SCHEMA = RECORD_SCHEMA.set(
+    RECORD_SCHEMA.get_field_index("pg_ranks"),
+    RECORD_SCHEMA.field("pg_ranks").with_type(_MEMBERS_TYPE),
+)
+"""``RECORD_SCHEMA`` with ``pg_ranks`` as indices into the groups' lists (``ring_table``'s
+``members_as_dictionary``)."""
+
+_DISTINCT: dict[Hashable, pa.Table] = {}
+"""Per-distinct-value columns, by what they were built from (its ``repr``, or the frozen
+groups themselves: a repr of a 100,000-member list is 6 ms): a running job has a few
+groups, signatures and call sites, and every export pass converts the same ones."""
 _DISTINCT_LIMIT = 256
-_REPEATED: dict[str, tuple[str, pa.Table]] = {}
+_REPEATED: dict[str, tuple[Hashable, pa.Table]] = {}
 """Per kind, the last single value's row repeated (with room for larger passes): a pass
 of one group (signature, call site) is then a slice of it, no copy."""
 _REPEATED_BYTES = 4 << 20
@@ -66,7 +75,7 @@ process keeps between passes."""
 
 def _spread(
     kind: str,
-    key: str,
+    key: Hashable,
     build: Callable[[], dict[str, list[Any]]],
     codes: pa.Array | None,
     count: int,
@@ -124,16 +133,21 @@ def ring_table(
     dump_time_ns: int,
     first_record: int = 0,
     completed_only: bool = False,
+    members_as_dictionary: bool = False,
 ) -> pa.Table:
     """The ring's slots from ``first_record`` on as rows of ``job``/``incident``.
 
     ``completed_only`` keeps the finished (completed or failed) slots: what continuous
     mode exports while the job runs. Slots whose group or signature never reached the
     meta file (the owner died between the two writes) are left out.
+    ``members_as_dictionary``: ``pg_ranks`` as each row's index into its groups' member
+    lists (a dictionary column), not a copy of the list in every row, which at 8,192 ranks
+    was most of a continuous pass's cost; for spans (``otel.wire`` reads it), not files.
     """
+    schema = _MEMBERS_SCHEMA if members_as_dictionary else RECORD_SCHEMA
     fields = _slot_fields(contents, first_record, completed_only) if contents.slots else []
     if not fields:
-        return RECORD_SCHEMA.empty_table()
+        return schema.empty_table()
     record, group, seq, p2p_seq, sig, site, peer, created, done, state = fields
     count = len(record)
 
@@ -145,19 +159,34 @@ def ring_table(
     site_code, site_ids = _codes(site)
     sites = [contents.sites.get(s, []) for s in site_ids]
 
-    by_group = _spread(
-        "group",
-        repr(groups),
-        lambda: {
+    def by_groups() -> dict[str, list[Any]]:
+        columns: dict[str, list[Any]] = {
             "pg_name": [g.name for g in groups],
             "pg_desc": [g.desc for g in groups],
-            "pg_ranks": [list(g.ranks) if g.ranks is not None else None for g in groups],
             "timeout_ms": [g.timeout_ms for g in groups],
             "backend": [g.backend for g in groups],
-        },
-        group_code,
-        count,
-    )
+        }
+        if not members_as_dictionary:
+            columns["pg_ranks"] = [list(g.ranks) if g.ranks is not None else None for g in groups]
+        return columns
+
+    group_key = (members_as_dictionary, tuple(groups))
+    by_group = _spread("group", group_key, by_groups, group_code, count)
+    if members_as_dictionary:
+        members = _DISTINCT.get(("members", group_key))
+        if members is None:
+            if len(_DISTINCT) >= _DISTINCT_LIMIT:
+                _DISTINCT.clear()
+            members = _DISTINCT[("members", group_key)] = pa.table(
+                {"pg_ranks": [list(g.ranks) if g.ranks is not None else None for g in groups]},
+                schema=_schema(("pg_ranks",)),
+            )
+        pg_ranks: pa.Array | pa.ChunkedArray = pa.DictionaryArray.from_arrays(
+            group_code if group_code is not None else pa.repeat(_FIRST, count),
+            members.column("pg_ranks").chunk(0),
+        )
+    else:
+        pg_ranks = by_group["pg_ranks"]
     # a signature carries its backend; rows of older rings fall back to their group's
     own_backend = all(sg.backend is not None for sg in signatures)
 
@@ -240,7 +269,7 @@ def ring_table(
         "pg_id": pg_id,
         "pg_name": by_group["pg_name"],
         "pg_desc": by_group["pg_desc"],
-        "pg_ranks": by_group["pg_ranks"],
+        "pg_ranks": pg_ranks,
         "pg_ranks_inferred": constant(False, "pg_ranks_inferred"),
         "record_id": column(record, "record_id"),
         "collective_seq_id": column(seq, "collective_seq_id"),
@@ -276,6 +305,4 @@ def ring_table(
         "fr_version": constant(None, "fr_version"),
         "comm_lib_version": constant(None, "comm_lib_version"),
     }
-    return pa.Table.from_arrays(
-        [columns[name] for name in RECORD_SCHEMA.names], schema=RECORD_SCHEMA
-    )
+    return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
