@@ -155,8 +155,17 @@ CASES = {
 @pytest.mark.parametrize(("first_record", "completed_only"), [(0, False), (120, True), (0, True)])
 @pytest.mark.parametrize("as_dictionary", [False, True])
 def test_ring_table_is_the_slot_by_slot_rule(
-    tmp_path: Path, case: str, first_record: int, completed_only: bool, as_dictionary: bool
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    first_record: int,
+    completed_only: bool,
+    as_dictionary: bool,
 ) -> None:
+    from fr_otel.recorder import table as module
+
+    # these groups are small: make them count as large
+    monkeypatch.setattr(module, "_DICTIONARY_MIN_MEMBERS", 1)
     contents = _contents(tmp_path, CASES[case])
     table = ring_table(
         contents,
@@ -178,7 +187,8 @@ def test_ring_table_is_the_slot_by_slot_rule(
     expected = pa.Table.from_pylist(
         [_expected(contents, slot, 77) for slot in kept], schema=RECORD_SCHEMA
     )
-    if as_dictionary:  # continuous mode's: each row's member list is an index into the groups'
+    large = any(g.ranks and len(g.ranks) > 1 for g in (contents.groups[s[1]] for s in kept))
+    if as_dictionary and large:  # continuous mode's: each row's list an index into the groups'
         assert pa.types.is_dictionary(table.schema.field("pg_ranks").type)
         members = table.column("pg_ranks").combine_chunks().dictionary_decode()
         table = table.set_column(
@@ -201,6 +211,7 @@ def test_tables_of_successive_passes_share_nothing_stale(
 
     monkeypatch.setattr(module, "_REPEATED_BYTES", kept_bytes)
     monkeypatch.setattr(module, "_REPEATED", {})
+    monkeypatch.setattr(module, "_DICTIONARY_MIN_MEMBERS", 1)  # these small groups count as large
     for count, group, signature in [(3, 0, 0), (70, 0, 0), (10, 0, 0), (10, 7, 2), (80, 0, 0)]:
         slots = [(r, 0, r, 0, 0, 0, -1, 1_000 + r, 2_000 + r, COMPLETED) for r in range(count)]
         contents = _contents(tmp_path, slots)
@@ -212,3 +223,18 @@ def test_tables_of_successive_passes_share_nothing_stale(
             contents, job="j", incident="i", dump_time_ns=5, members_as_dictionary=as_dictionary
         )
         assert table.to_pylist() == pa.Table.from_pylist(expected, schema=RECORD_SCHEMA).to_pylist()
+
+
+def test_small_groups_keep_their_lists_even_for_spans(tmp_path: Path) -> None:
+    """The dictionary column pays off past 1,024 members; below, a pass keeps the list
+    column (cheaper to build and encode for the few rows of a pass)."""
+    slots = [(r, 7, r, 0, 0, 0, -1, 1_000 + r, 2_000 + r, COMPLETED) for r in range(5)]
+    contents = _contents(tmp_path, slots)
+    table = ring_table(contents, job="j", incident="i", dump_time_ns=5, members_as_dictionary=True)
+    assert table.schema.equals(RECORD_SCHEMA, check_metadata=True)
+    contents.groups[7] = GroupInfo(
+        name="tp", desc="mesh_tp", ranks=tuple(range(2048)), backend="nccl", timeout_ms=0
+    )
+    table = ring_table(contents, job="j", incident="i", dump_time_ns=5, members_as_dictionary=True)
+    assert pa.types.is_dictionary(table.schema.field("pg_ranks").type)
+    assert table.column("pg_ranks").to_pylist() == [list(range(2048))] * 5

@@ -59,6 +59,10 @@ _MEMBERS_SCHEMA = RECORD_SCHEMA.set(
 )
 """``RECORD_SCHEMA`` with ``pg_ranks`` as indices into the groups' lists (``ring_table``'s
 ``members_as_dictionary``)."""
+_DICTIONARY_MIN_MEMBERS = 1024
+"""``members_as_dictionary`` applies to passes with a group larger than this: the dictionary
+column costs a pass ~35 us more to build and encode, and copying a list this long into a
+row costs ~3 us (8,192 members: ~20 us)."""
 
 _DISTINCT: dict[Hashable, pa.Table] = {}
 """Per-distinct-value columns, by what they were built from (its ``repr``, or the frozen
@@ -140,14 +144,14 @@ def ring_table(
     ``completed_only`` keeps the finished (completed or failed) slots: what continuous
     mode exports while the job runs. Slots whose group or signature never reached the
     meta file (the owner died between the two writes) are left out.
-    ``members_as_dictionary``: ``pg_ranks`` as each row's index into its groups' member
-    lists (a dictionary column), not a copy of the list in every row, which at 8,192 ranks
-    was most of a continuous pass's cost; for spans (``otel.wire`` reads it), not files.
+    ``members_as_dictionary``: where a group of the rows has over 1,024 members,
+    ``pg_ranks`` as each row's index into its groups' member lists (a dictionary column),
+    not a copy of the list in every row, which at 8,192 ranks was most of a continuous
+    pass's cost; for spans (``otel.wire`` reads it), not files.
     """
-    schema = _MEMBERS_SCHEMA if members_as_dictionary else RECORD_SCHEMA
     fields = _slot_fields(contents, first_record, completed_only) if contents.slots else []
     if not fields:
-        return schema.empty_table()
+        return RECORD_SCHEMA.empty_table()
     record, group, seq, p2p_seq, sig, site, peer, created, done, state = fields
     count = len(record)
 
@@ -158,6 +162,10 @@ def ring_table(
     signatures = [contents.signatures[s] for s in sig_ids]
     site_code, site_ids = _codes(site)
     sites = [contents.sites.get(s, []) for s in site_ids]
+    as_dictionary = members_as_dictionary and any(
+        g.ranks is not None and len(g.ranks) > _DICTIONARY_MIN_MEMBERS for g in groups
+    )
+    schema = _MEMBERS_SCHEMA if as_dictionary else RECORD_SCHEMA
 
     def by_groups() -> dict[str, list[Any]]:
         columns: dict[str, list[Any]] = {
@@ -166,13 +174,13 @@ def ring_table(
             "timeout_ms": [g.timeout_ms for g in groups],
             "backend": [g.backend for g in groups],
         }
-        if not members_as_dictionary:
+        if not as_dictionary:
             columns["pg_ranks"] = [list(g.ranks) if g.ranks is not None else None for g in groups]
         return columns
 
-    group_key = (members_as_dictionary, tuple(groups))
+    group_key = (as_dictionary, tuple(groups))
     by_group = _spread("group", group_key, by_groups, group_code, count)
-    if members_as_dictionary:
+    if as_dictionary:
         members = _DISTINCT.get(("members", group_key))
         if members is None:
             if len(_DISTINCT) >= _DISTINCT_LIMIT:
