@@ -77,6 +77,18 @@ _REPEATED_BYTES = 4 << 20
 process keeps between passes."""
 
 
+def _distinct(key: Hashable, build: Callable[[], dict[str, list[Any]]]) -> pa.Table:
+    """``build()``'s columns (per distinct value, in the schema's types), built once per
+    ``key`` (``_DISTINCT``)."""
+    table = _DISTINCT.get(key)
+    if table is None:
+        if len(_DISTINCT) >= _DISTINCT_LIMIT:
+            _DISTINCT.clear()
+        columns = build()
+        table = _DISTINCT[key] = pa.Table.from_pydict(columns, schema=_schema(tuple(columns)))
+    return table
+
+
 def _spread(
     kind: str,
     key: Hashable,
@@ -86,12 +98,7 @@ def _spread(
 ) -> pa.Table:
     """``build()``'s columns (per distinct value, in the schema's types), one row per code;
     ``codes`` is ``None`` for a single value."""
-    table = _DISTINCT.get(key)
-    if table is None:
-        if len(_DISTINCT) >= _DISTINCT_LIMIT:
-            _DISTINCT.clear()
-        columns = build()
-        table = _DISTINCT[key] = pa.Table.from_pydict(columns, schema=_schema(tuple(columns)))
+    table = _distinct(key, build)
     if codes is not None:
         return table.take(codes)
     held = _REPEATED.get(kind)
@@ -167,28 +174,22 @@ def ring_table(
     )
     schema = _MEMBERS_SCHEMA if as_dictionary else RECORD_SCHEMA
 
+    def by_members() -> dict[str, list[Any]]:
+        return {"pg_ranks": [list(g.ranks) if g.ranks is not None else None for g in groups]}
+
     def by_groups() -> dict[str, list[Any]]:
-        columns: dict[str, list[Any]] = {
+        return {
             "pg_name": [g.name for g in groups],
             "pg_desc": [g.desc for g in groups],
+            **({} if as_dictionary else by_members()),
             "timeout_ms": [g.timeout_ms for g in groups],
             "backend": [g.backend for g in groups],
         }
-        if not as_dictionary:
-            columns["pg_ranks"] = [list(g.ranks) if g.ranks is not None else None for g in groups]
-        return columns
 
     group_key = (as_dictionary, tuple(groups))
     by_group = _spread("group", group_key, by_groups, group_code, count)
     if as_dictionary:
-        members = _DISTINCT.get(("members", group_key))
-        if members is None:
-            if len(_DISTINCT) >= _DISTINCT_LIMIT:
-                _DISTINCT.clear()
-            members = _DISTINCT[("members", group_key)] = pa.table(
-                {"pg_ranks": [list(g.ranks) if g.ranks is not None else None for g in groups]},
-                schema=_schema(("pg_ranks",)),
-            )
+        members = _distinct(("members", group_key), by_members)
         pg_ranks: pa.Array | pa.ChunkedArray = pa.DictionaryArray.from_arrays(
             group_code if group_code is not None else pa.repeat(_FIRST, count),
             members.column("pg_ranks").chunk(0),
