@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from fr_otel.analysis.findings import Analysis
 from fr_otel.analysis.source import pick_incident, register_archive
 from fr_otel.otel import model
 from fr_otel.otel.encode import encode_requests
-from tests.e2e.stack import Jaeger, span_rank, tags
+from tests.e2e.stack import Jaeger, span_rank, tags, wait_until
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,19 @@ def jaeger_spans(
     twice is listed twice; else as the UI shows them."""
     traces = jaeger.find_traces(service, raw=raw)
     return [(trace, span) for trace in traces for span in trace["spans"]]
+
+
+def wait_for_jaeger(
+    jaeger: Jaeger, service: str, span_ids: Iterable[str], *, timeout_s: float, interval_s: float
+) -> None:
+    """Until Jaeger holds every one of ``span_ids`` (hex) for ``service``."""
+    wanted = set(span_ids)
+    wait_until(
+        f"Jaeger to hold the {len(wanted)} spans",
+        lambda: {s["spanID"] for _, s in jaeger_spans(jaeger, service)} >= wanted,
+        timeout_s=timeout_s,
+        interval_s=interval_s,
+    )
 
 
 def jaeger_span_count(jaeger: Jaeger, service: str) -> int:

@@ -31,7 +31,7 @@ from fr_otel.analysis import analyze
 from fr_otel.archive import import_dumps
 from fr_otel.cli import main
 from tests.e2e import stack
-from tests.e2e.spans import archive_spans, file_archive_spans, jaeger_spans
+from tests.e2e.spans import archive_spans, file_archive_spans, jaeger_spans, wait_for_jaeger
 from tests.e2e.stack import free_port, running, wait_until
 
 JOB = "fleet"
@@ -130,12 +130,7 @@ def test_two_gateways_keep_every_trace_whole_and_lose_nothing_when_one_is_killed
             timeout_s=120,
             interval_s=0.5,
         )
-        wait_until(
-            f"Jaeger to hold the {len(expected)} spans",
-            lambda: {s["spanID"] for _, s in jaeger_spans(jaeger, JOB)} >= set(expected),
-            timeout_s=120,
-            interval_s=2,
-        )
+        wait_for_jaeger(jaeger, JOB, expected, timeout_s=120, interval_s=2)
         in_jaeger = Counter(s["spanID"] for _, s in jaeger_spans(jaeger, JOB))
         shown = Counter(s["spanID"] for _, s in jaeger_spans(jaeger, JOB, raw=False))
 

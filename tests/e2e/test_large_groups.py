@@ -22,7 +22,7 @@ from fr_otel.archive import import_dumps
 from fr_otel.cli import main
 from fr_otel.otel import model
 from tests.e2e import stack
-from tests.e2e.spans import archive_spans, file_archive_spans, jaeger_spans
+from tests.e2e.spans import archive_spans, file_archive_spans, jaeger_spans, wait_for_jaeger
 from tests.e2e.stack import free_port, running, tags, wait_until
 
 JOB = "wide"
@@ -70,12 +70,7 @@ def test_a_large_groups_members_reach_jaeger_as_runs_and_import_back_whole(
             timeout_s=60,
             interval_s=0.5,
         )
-        wait_until(
-            f"Jaeger to hold the {len(expected)} spans",
-            lambda: {s["spanID"] for _, s in jaeger_spans(jaeger, JOB)} >= set(expected),
-            timeout_s=60,
-            interval_s=1,
-        )
+        wait_for_jaeger(jaeger, JOB, expected, timeout_s=60, interval_s=1)
         seen: dict[int, set[str]] = {}
         for _, span in jaeger_spans(jaeger, JOB):
             values = tags(span)
