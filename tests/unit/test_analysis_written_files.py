@@ -8,12 +8,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.analysis import analyze
 from fr_otel.analysis.source import open_source
-from fr_otel.archive import checks, import_dumps
+from fr_otel.archive import checks, import_dumps, scratch
 from fr_otel.archive.checks import check_files, verifying_pages
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 from tests.fr_dumps import fr_dump, fr_entry, write_pickle
@@ -81,11 +80,19 @@ def test_analysing_dumps_reads_no_footer_and_finds_what_the_archive_gives(
     assert from_dumps["findings"] == from_archive["findings"]
 
 
-def test_verifying_pages_reads_every_footer_again(dumps: Path, monkeypatch: Any) -> None:
+def test_verifying_pages_reads_every_footer_of_an_archive_again(
+    dumps: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import_dumps([dumps], archive=tmp_path / "archive", workers=2)
     read = _counting_footer_reads(monkeypatch)
-    with verifying_pages(), open_source(dumps):
+    with verifying_pages(), open_source(tmp_path / "archive"):
         pass
     assert len(read) == 8
+    # an analysis's own scratch files are Arrow, written a moment ago: no footer to read
+    read.clear()
+    with verifying_pages(), open_source(dumps) as source:
+        assert source.connection.execute("SELECT count(*) FROM src").fetchone() == (480,)
+    assert read == []
 
 
 def _src(connection: Any) -> list[tuple[Any, ...]]:
@@ -93,6 +100,10 @@ def _src(connection: Any) -> list[tuple[Any, ...]]:
         "SELECT rank, record_id, pg_name, pg_ranks, pg_ranks_inferred, peer FROM src"
         " ORDER BY rank, record_id"
     ).fetchall()
+
+
+def _every_column(connection: Any) -> list[tuple[Any, ...]]:
+    return connection.execute("SELECT * FROM src ORDER BY rank, record_id").fetchall()
 
 
 CASES = sorted(
@@ -123,12 +134,16 @@ def test_dumps_analysed_without_member_lists_in_files_read_as_the_archive(
             lists = {tuple(r[3]) for r in _src(imported.connection) if r[2] == "1"}
             assert lists == {(0, 1), (2, 3)}
         expected = _src(imported.connection)
+        every_column = _every_column(imported.connection)
         groups = imported.connection.execute(
             "SELECT count(DISTINCT pg_ranks) FROM src WHERE pg_ranks IS NOT NULL"
         ).fetchone()
     assert groups is not None and groups[0] >= 1
     with open_source(folder) as source:
         (path,) = source.connection.execute("SELECT min(path) FROM src_rank_files").fetchone()
-        assert "pg_ranks" not in pq.read_schema(path).names
+        assert path.endswith(scratch.SUFFIX)
+        assert "pg_ranks" not in scratch.read(Path(path)).column_names
         assert _src(source.connection) == expected
+        # the scratch files' dictionaries (stacks, names, constants) read as plain values
+        assert _every_column(source.connection) == every_column
     assert analyze(folder).to_dict() == analyze(tmp_path / "archive").to_dict()

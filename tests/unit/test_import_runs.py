@@ -12,22 +12,11 @@ import pytest
 from fr_otel.archive import import_dumps
 from fr_otel.archive.manifest import read_manifest
 from fr_otel.cli import main
+from tests.fixtures import two_real_gloo_runs
 from tests.fr_dumps import fr_dump, fr_entry, write_pickle
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HOUR_NS = 3600 * 10**9
-
-
-def _two_real_runs(folder: Path) -> None:
-    """Two real 4-rank gloo runs of the same program side by side, as a job's dump folder
-    looks after a restart: the first lost rank 1's dump, the second rank 2's."""
-    for path in (DATA / "gloo_healthy").iterdir():
-        if path.name.startswith("comm_lib_trace_rank_") and "rank_1" not in path.name:
-            shutil.copy(path, folder / path.name)
-    (folder / "comm_traces").mkdir()
-    for path in (DATA / "gloo_skipped_collective" / "comm_traces").iterdir():
-        if not path.name.startswith("rank_2"):
-            shutil.copy(path, folder / "comm_traces" / path.name)
 
 
 def _sources(archive: Path, incident: str) -> set[str]:
@@ -41,7 +30,7 @@ def _sources(archive: Path, incident: str) -> set[str]:
 def test_two_real_gloo_runs_in_one_folder_become_two_incidents(tmp_path: Path) -> None:
     folder = tmp_path / "dumps"
     folder.mkdir()
-    _two_real_runs(folder)
+    two_real_gloo_runs(folder)
     archive = tmp_path / "archive"
     report = import_dumps([folder], archive=archive, workers=1)
     assert report.ok, report.problems
@@ -69,7 +58,7 @@ def test_the_cli_says_so_and_analyze_never_mixes_them(
 ) -> None:
     folder = tmp_path / "dumps"
     folder.mkdir()
-    _two_real_runs(folder)
+    two_real_gloo_runs(folder)
     code = main(["import", str(folder), "--archive", str(tmp_path / "a"), "--incident", "crash"])
     out = capsys.readouterr().out
     assert code == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from fr_otel.analysis.sqlfiles import prepare
+from fr_otel.archive import scratch
 from fr_otel.archive.checks import (
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
@@ -133,7 +135,9 @@ def register_archive(
     members, for files written without ``pg_ranks`` (``ImportReport.members``): ``src``
     reads the column from them.
     """
-    if written is not None and not pages_verified():
+    scratch_files = written is not None and any(scratch.is_scratch(f.path) for f in written)
+    if written is not None and (scratch_files or not pages_verified()):
+        # scratch files are Arrow, just written by this process: nothing to verify
         checked = CheckedFiles(good=sorted(written, key=lambda f: f.path))
     else:
         checked = check_files(rank_files(archive, only))
@@ -165,9 +169,12 @@ def register_archive(
     else:  # an earlier registration's, in this connection
         connection.execute("DROP TABLE IF EXISTS src_rank_groups")
         connection.execute("DROP TABLE IF EXISTS src_memberships")
-    # files written by one fr_otel share their columns; an archive may mix versions
-    union = len({f.columns for f in checked.good}) > 1
-    connection.execute(f"CREATE OR REPLACE VIEW src_files AS SELECT * FROM {_scan(files, union)}")
+    if scratch_files:
+        scan = _register_scratch(connection, "src_scratch", [f.path for f in checked.good])
+    else:
+        # files written by one fr_otel share their columns; an archive may mix versions
+        scan = _scan(files, union=len({f.columns for f in checked.good}) > 1)
+    connection.execute(f"CREATE OR REPLACE VIEW src_files AS SELECT * FROM {scan}")
     connection.execute(f"CREATE OR REPLACE VIEW src AS {_canonical(connection, 'src_files')}")
     files_table = pa.table(
         {
@@ -180,6 +187,13 @@ def register_archive(
     _copy_table(connection, "src_rank_files", files_table)
     prepare(connection)  # the rules queries over src share (entry_p2p, entry_done)
     return checked
+
+
+def _register_scratch(connection: duckdb.DuckDBPyConnection, name: str, paths: list[Path]) -> str:
+    """Register scratch files (``archive.scratch``) as ``name``, a scan of their rows.
+    The connection's own: unlike a view, its cursors do not see it."""
+    connection.register(name, scratch.dataset(paths))
+    return name
 
 
 def _scan(files: str, union: bool) -> str:
@@ -277,6 +291,12 @@ def rows_of_ranks(
         rows = []
     if not rows:
         return "src"
+    paths = [Path(path) for (path,) in rows]
+    if all(scratch.is_scratch(path) for path in paths):
+        # named by its files: asked again for the same ranks, it replaces itself
+        digest = hashlib.sha1("\0".join(path for (path,) in rows).encode()).hexdigest()[:16]
+        name = _register_scratch(connection, f"src_scratch_{digest}", paths)
+        return f"({_canonical(connection, name)})"
     files = "[" + ", ".join(_quote(path) for (path,) in rows) + "]"
     return f"({_canonical(connection, f'(SELECT * FROM {_scan(files, union=True)})')})"
 
@@ -386,6 +406,7 @@ def open_source(
         problems: list[DumpError] = []
         written: list[RankFile] | None = None
         members: RankMembers | None = None
+        chosen: Incident | None = None
         if is_archive(path):
             archive = path
         else:
@@ -393,7 +414,12 @@ def open_source(
 
             archive = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-otel-")))
             report = import_dumps(
-                [path], archive=archive, job=job, incident=incident, members_in_files=False
+                [path],
+                archive=archive,
+                job=job,
+                incident=incident,
+                members_in_files=False,
+                scratch_files=True,
             )
             members = report.members
             problems = report.problems
@@ -422,7 +448,11 @@ def open_source(
             job = incident = None  # the temporary archive holds exactly this import
             if len(report.rank_files) == len(report.files_written):
                 written = report.rank_files
-        chosen = pick_incident(archive, job, incident)
+            if written and scratch.is_scratch(written[0].path):
+                # of one incident (asserted above), in files only the import's list names
+                chosen = Incident(job=written[0].job, incident=written[0].incident)
+        if chosen is None:
+            chosen = pick_incident(archive, job, incident)
         connection = connect(stack, memory_limit)
         checked = register_archive(
             connection,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fr_otel.archive import scratch
 from fr_otel.errors import ArchiveError
 
 try:  # advisory locking is POSIX; elsewhere imports are not announced to readers
@@ -61,12 +62,20 @@ passes 8,192 members (64 KB) lz4's window cannot see its repeats; plain, it was 
 a rank file of an 8,192-rank job, delta-encoded it is ~500x smaller."""
 
 
+RANK_FILE_SUFFIXES = (".parquet", scratch.SUFFIX)
+"""An archive's rank files, and an analysis's scratch files (``scratch``)."""
+
+
 def partition_dir(archive: Path, job: str, incident: str) -> Path:
     return archive / f"job={job}" / f"incident={incident}"
 
 
-def rank_file(archive: Path, job: str, incident: str, rank: int) -> Path:
-    return partition_dir(archive, job, incident) / f"rank-{rank:06d}.parquet"
+def rank_file(
+    archive: Path, job: str, incident: str, rank: int, *, suffix: str = ".parquet"
+) -> Path:
+    """``suffix``: ``.parquet``, or ``scratch.SUFFIX`` for an analysis's own temporary
+    archive."""
+    return partition_dir(archive, job, incident) / f"rank-{rank:06d}{suffix}"
 
 
 def staging_path(final: Path, owner: str | None = None) -> Path:
@@ -79,8 +88,36 @@ def staging_path(final: Path, owner: str | None = None) -> Path:
     return final.with_name(f".{final.name}.{tag}{uuid.uuid4().hex[:12]}.tmp")
 
 
-def write_staged(table: pa.Table, final: Path, owner: str | None = None) -> Path:
-    """Write ``table`` next to ``final`` under a temporary name; return that name."""
+def write_staged(
+    table: pa.Table, final: Path, owner: str | None = None, *, compress: bool = False
+) -> Path:
+    """Write ``table`` next to ``final`` under a temporary name; return that name. A
+    scratch file (``scratch.SUFFIX``) is written as Arrow IPC, lz4 when ``compress``."""
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staged = staging_path(final, owner)
+        if scratch.is_scratch(final):
+            scratch.write(table, staged, compress=compress)
+        else:
+            _write_parquet(table, staged)
+    except OSError as exc:
+        raise ArchiveError(
+            f"cannot write to the archive at {final.parent}: {exc.strerror or exc}"
+        ) from exc
+    return staged
+
+
+def read_staged(staged: Path) -> pa.Table:
+    """The rows of a file ``write_staged`` wrote (its temporary name does not say which
+    format: its first bytes do)."""
+    if scratch.is_scratch_file(staged):
+        return scratch.read(staged)
+    import pyarrow.parquet as pq
+
+    return pq.read_table(staged)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
     # imported here: readers of an archive need the layout, not the Parquet writer
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -93,22 +130,14 @@ def write_staged(table: pa.Table, final: Path, owner: str | None = None) -> Path
         if top in _DELTA_ENCODED and pa.types.is_integer(kind)
     }
     statistics = [f.name for f in table.schema if not pa.types.is_nested(f.type)]
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staged = staging_path(final, owner)
-        pq.write_table(
-            table,
-            staged,
-            compression=COMPRESSION,
-            use_dictionary=dictionary,
-            column_encoding=delta,
-            write_statistics=statistics,
-        )
-    except OSError as exc:
-        raise ArchiveError(
-            f"cannot write to the archive at {final.parent}: {exc.strerror or exc}"
-        ) from exc
-    return staged
+    pq.write_table(
+        table,
+        path,
+        compression=COMPRESSION,
+        use_dictionary=dictionary,
+        column_encoding=delta,
+        write_statistics=statistics,
+    )
 
 
 def _leaves(field: pa.Field) -> Iterator[tuple[str, pa.DataType]]:

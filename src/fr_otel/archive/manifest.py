@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fr_otel.archive.layout import partition_dir, staging_path
+from fr_otel.archive.layout import RANK_FILE_SUFFIXES, partition_dir, staging_path
 from fr_otel.errors import ArchiveError
 
 if TYPE_CHECKING:
@@ -134,7 +134,11 @@ def _refresh(archive: Path, job: str, incident: str, groups: Iterable[GroupMembe
     earlier = read_manifest(archive, job, incident)
     merged = _merged(earlier.groups if earlier else (), list(groups))
     folder = partition_dir(archive, job, incident)
-    ranks = sorted(int(p.stem.removeprefix("rank-")) for p in folder.glob("rank-*.parquet"))
+    ranks = sorted(
+        int(p.stem.removeprefix("rank-"))
+        for p in folder.glob("rank-*")
+        if p.suffix in RANK_FILE_SUFFIXES
+    )
     expected = {r for g in merged for r in g.ranks}
     manifest = Manifest(
         job=job,

@@ -28,10 +28,10 @@ def _open(path: Path) -> BufferedReader:
 
 
 def load_dump_file(
-    dump: DumpFile, *, job: str, incident: str, members_column: bool = True
+    dump: DumpFile, *, job: str, incident: str, members_column: bool = True, shared: bool = False
 ) -> LoadedDump:
-    """Read, decode (safely) and convert one dump file (``members_column``: see
-    ``dump_to_table``). A pickle goes to columns by the C decoder where it can
+    """Read, decode (safely) and convert one dump file (``members_column`` and
+    ``shared``: see ``dump_to_table``). A pickle goes to columns by the C decoder where it can
     (``columnar``), else through the restricted unpickler."""
     if dump.rank is None:
         raise DumpError(
@@ -71,5 +71,6 @@ def load_dump_file(
         rank=dump.rank,
         dump_time_ns=mtime_ns,
         members_column=members_column,
+        shared=shared,
         source_bytes=stat.st_size,
     )

@@ -33,6 +33,42 @@ _P2P_META = re.compile(r"^\s*(?P<me>\d+)\s*(?:->|<-)\s*(?P<peer>\d+)\s*$")
 _REQUIRED_ENTRY_KEYS = ("record_id", "process_group", "profiling_name")
 _WITHOUT_MEMBERS = RECORD_SCHEMA.remove(RECORD_SCHEMA.get_field_index("pg_ranks"))
 
+SHARED_COLUMNS = frozenset(
+    {
+        "job",
+        "incident",
+        "run_id",
+        "pg_name",
+        "pg_desc",
+        "backend",
+        "op",
+        "profiling_name",
+        "frames",
+        "call_site",
+        "state",
+        "thread_name",
+        "thread_id",
+        "source_file",
+        "source_format",
+        "fr_version",
+        "comm_lib_version",
+    }
+)
+"""Columns of a dump's rows that hold a few distinct values each (its constants, groups,
+ops and stacks). ``dump_to_table(shared=True)`` gives them as dictionaries, each value
+once: the form of the analyzer's scratch files (``archive.scratch``), where a stack is
+written once instead of on every row that holds it."""
+
+
+def shared_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the ``SHARED_COLUMNS`` it has as dictionaries of their type."""
+    for name in SHARED_COLUMNS & set(schema.names):
+        index = schema.get_field_index(name)
+        field_ = schema.field(index)
+        schema = schema.set(index, field_.with_type(pa.dictionary(pa.int32(), field_.type)))
+    return schema
+
+
 # Backends whose pg_config torch records wrongly: every gloo group lands under the key
 # '' with the ranks of whichever group was created last.
 UNTRUSTED_PG_CONFIG_BACKENDS = frozenset({"gloo"})
@@ -393,7 +429,10 @@ def _content_key(stack: Any) -> tuple[Any, ...] | None:
 
 
 def _frames_and_sites(
-    entries: list[dict[str, Any]], frame_list_type: pa.DataType, limit: float
+    entries: list[dict[str, Any]],
+    frame_list_type: pa.DataType,
+    limit: float,
+    shared: bool = False,
 ) -> tuple[pa.Array, pa.Array]:
     """Convert each distinct stack once.
 
@@ -434,23 +473,41 @@ def _frames_and_sites(
         position[code] = found
     same = len(unique) == len(code_of) and position == list(range(len(code_of)))
     take = pa.array(codes if same else list(map(position.__getitem__, codes)), type=pa.int32())
-    return _stack_columns(unique, take, frame_list_type, limit)
+    return _stack_columns(unique, take, frame_list_type, limit, shared)
 
 
 def _stack_columns(
-    stacks: list[Any], index: pa.Array, frame_list_type: pa.DataType, limit: float
+    stacks: list[Any],
+    index: pa.Array,
+    frame_list_type: pa.DataType,
+    limit: float,
+    shared: bool = False,
 ) -> tuple[pa.Array, pa.Array]:
-    """The ``frames`` and ``call_site`` columns of rows that hold ``stacks[index[i]]``.
-    Raises ``_Expands`` when these would take more than ``limit`` bytes: each row copies
-    its stack, so a pickle can make one long stack every entry's."""
+    """The ``frames`` and ``call_site`` columns of rows that hold ``stacks[index[i]]``
+    (``shared``: as dictionaries over the distinct stacks). Raises ``_Expands`` when
+    these would take more than ``limit`` bytes once expanded (a reader of dictionaries
+    expands them too): each row holds its stack, so a pickle can make one long stack
+    every entry's."""
     if not stacks:
-        return pa.nulls(len(index), type=frame_list_type), pa.nulls(len(index), pa.string())
+        index = pa.nulls(len(index), pa.int32())
+        return _spread(pa.array([], frame_list_type), index, shared), _spread(
+            pa.array([], pa.string()), index, shared
+        )
     # every stack is some row's, so the rows' total bounds the stacks' conversion too
     sizes = pa.array([_stack_bytes(stack) for stack in stacks], pa.int64())
     if (pc.sum(sizes.take(index)).as_py() or 0) > limit:
         raise _Expands(STACK_EXPANSION_FACTOR)
     sites = pa.array([call_site(stack) for stack in stacks], type=pa.string())
-    return pa.array(stacks, type=frame_list_type).take(index), sites.take(index)
+    return _spread(pa.array(stacks, type=frame_list_type), index, shared), _spread(
+        sites, index, shared
+    )
+
+
+def _spread(values: pa.Array, index: pa.Array, shared: bool) -> pa.Array:
+    """Row ``i`` holds ``values[index[i]]``: a copy per row, or (``shared``) a dictionary."""
+    if shared:
+        return pa.DictionaryArray.from_arrays(index.cast(pa.int32()), values)
+    return values.take(index)
 
 
 _ALL_GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor"})
@@ -530,6 +587,7 @@ def dump_to_table(
     members_column: bool = True,
     decoded: DecodedEntries | None = None,
     source_bytes: int | None = None,
+    shared: bool = False,
 ) -> ParsedDump:
     """Turn one decoded dump into canonical rows.
 
@@ -539,6 +597,7 @@ def dump_to_table(
     ``members_column=False``: the table leaves out ``pg_ranks``, for a file written
     without it (``import_dumps(members_in_files=False)``); ``groups`` still has them.
     ``decoded``: the entries, already in columns; ``dump`` then holds the rest.
+    ``shared``: the ``SHARED_COLUMNS`` as dictionaries (``shared_schema``).
     """
     version = dump.get("version")
     version = str(version) if version is not None else None
@@ -563,7 +622,7 @@ def dump_to_table(
             _check_entries_expansion(entries, limit)
             raw = _raw_entries(entries)
             frames, sites = _frames_and_sites(
-                entries, RECORD_SCHEMA.field("frames").type, stack_limit
+                entries, RECORD_SCHEMA.field("frames").type, stack_limit, shared
             )
         else:
             raw = decoded.raw
@@ -572,6 +631,7 @@ def dump_to_table(
                 decoded.stack_index,
                 RECORD_SCHEMA.field("frames").type,
                 stack_limit,
+                shared,
             )
         parsed = _build(
             dump,
@@ -586,6 +646,7 @@ def dump_to_table(
             rank,
             dump_time_ns,
             members_column,
+            shared,
         )
     except _Expands as exc:
         raise DumpError(path, "hostile", expansion_detail(source_bytes or 0, *exc.args)) from None
@@ -615,6 +676,7 @@ def _build(
     rank: int,
     dump_time_ns: int | None,
     members_column: bool,
+    shared: bool,
 ) -> ParsedDump:
     n = len(raw)
     if raw.field("record_id").null_count:
@@ -624,7 +686,8 @@ def _build(
     shortest = pc.min(lengths).as_py() if n else 2
     if shortest is None or shortest < 1:
         raise ValueError("an entry has an empty process_group")
-    name_values, name_index = _encoded(pc.list_element(group_field, pa.scalar(0, pa.int32())))
+    group_names = pc.dictionary_encode(pc.list_element(group_field, pa.scalar(0, pa.int32())))
+    name_values, name_index = group_names.dictionary.to_pylist(), group_names.indices
     if shortest >= 2:
         desc_column = pc.list_element(group_field, pa.scalar(1, pa.int32()))
     else:  # a (name,) group from a tool that left the description out
@@ -632,7 +695,8 @@ def _build(
             [g[1] if len(g) > 1 else None for g in group_field.to_pylist()], type=pa.string()
         )
 
-    profiling_values, profiling_index = _encoded(raw.field("profiling_name"))
+    profiling = pc.dictionary_encode(raw.field("profiling_name"))
+    profiling_values, profiling_index = profiling.dictionary.to_pylist(), profiling.indices
     split = [split_profiling_name(str(name)) for name in profiling_values]
     backends = {backend for backend, _, _ in split if backend}
 
@@ -681,7 +745,19 @@ def _build(
     comm_lib = dump.get("comm_lib_version", dump.get("nccl_version"))
 
     def constant(value: Any, dtype: pa.DataType) -> pa.Array:
+        if shared and dtype == pa.string():
+            return pa.DictionaryArray.from_arrays(
+                pa.repeat(pa.scalar(0 if value is not None else None, pa.int32()), n),
+                pa.array([value] if value is not None else [], dtype),
+            )
         return pa.repeat(pa.scalar(value, type=dtype), n)
+
+    def few(column: pa.Array) -> pa.Array:
+        """A column of a few distinct values, as a dictionary when ``shared``."""
+        return pc.dictionary_encode(column) if shared else column
+
+    def by_profiling_name(values: list[str | None]) -> pa.Array:
+        return _spread(pa.array(values, type=pa.string()), profiling_index, shared)
 
     columns: dict[str, Any] = {
         "job": constant(job, pa.string()),
@@ -689,23 +765,23 @@ def _build(
         "run_id": constant(run_id_of(path), pa.string()),
         "rank": constant(rank, pa.int64()),
         "pg_id": raw.field("pg_id"),
-        "pg_name": pa.array(name_values, type=pa.string()).take(name_index),
-        "pg_desc": desc_column,
+        "pg_name": group_names if shared else group_names.dictionary.take(name_index),
+        "pg_desc": few(desc_column),
         "pg_ranks": _repeated_lists(group_ranks, name_index) if members_column else None,
         "pg_ranks_inferred": constant(False, pa.bool_()),
         "record_id": record_ids,
         "collective_seq_id": raw.field("collective_seq_id"),
         "p2p_seq_id": raw.field("p2p_seq_id"),
         "op_id": raw.field("op_id"),
-        "backend": pa.array([b for b, _, _ in split], type=pa.string()).take(profiling_index),
-        "op": pa.array([o for _, o, _ in split], type=pa.string()).take(profiling_index),
-        "profiling_name": raw.field("profiling_name"),
+        "backend": by_profiling_name([b for b, _, _ in split]),
+        "op": by_profiling_name([o for _, o, _ in split]),
+        "profiling_name": profiling if shared else raw.field("profiling_name"),
         "peer": peers,
         "input_sizes": raw.field("input_sizes"),
         "output_sizes": raw.field("output_sizes"),
         "input_dtypes": raw.field("input_dtypes"),
         "output_dtypes": raw.field("output_dtypes"),
-        "state": raw.field("state"),
+        "state": few(raw.field("state")),
         "time_created_ns": raw.field("time_created_ns"),
         "time_started_ns": _without_zeros(raw.field("time_discovered_started_ns")),
         "time_completed_ns": _without_zeros(raw.field("time_discovered_completed_ns")),
@@ -713,8 +789,8 @@ def _build(
         "retired": raw.field("retired"),
         "timeout_ms": raw.field("timeout_ms"),
         "is_p2p": raw.field("is_p2p"),
-        "thread_name": raw.field("thread_name"),
-        "thread_id": raw.field("thread_id"),
+        "thread_name": few(raw.field("thread_name")),
+        "thread_id": few(raw.field("thread_id")),
         "frames": frames,
         "call_site": sites,
         "pg_last_enqueued_seq": status_column("last_enqueued_collective"),
@@ -727,6 +803,8 @@ def _build(
         "comm_lib_version": constant(None if comm_lib is None else str(comm_lib), pa.string()),
     }
     schema = RECORD_SCHEMA if members_column else _WITHOUT_MEMBERS
+    if shared:
+        schema = shared_schema(schema)
     table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
     return ParsedDump(
         table=table,

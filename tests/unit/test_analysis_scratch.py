@@ -1,0 +1,106 @@
+"""An analysis of dumps imports them into scratch files (Arrow IPC, with each stack, name
+and constant once per file as a dictionary) instead of Parquet: every row must read as
+``fr-otel import``'s Parquet archive gives it, through every step of the import that
+rewrites a file (gloo memberships inferred, runs split apart), compressed or not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from fr_otel.archive import import_dumps, scratch
+from fr_otel.archive.manifest import read_manifest
+from fr_otel.dumps.discover import discover
+from fr_otel.dumps.load import load_dump_file
+from fr_otel.dumps.parse import SHARED_COLUMNS
+from tests.fixtures import two_real_gloo_runs
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+CASES = sorted(p.name for p in DATA.iterdir() if p.name.startswith(("gloo_", "workload_")))
+
+
+def _plain(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dictionary column's values, row by row (``cast`` cannot decode nested ones)."""
+    if not pa.types.is_dictionary(column.type):
+        return column
+    return pa.chunked_array(
+        [chunk.dictionary.take(chunk.indices) for chunk in column.chunks], column.type.value_type
+    )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_shared_rows_hold_the_same_values_as_plain_rows(case: str) -> None:
+    """Every real dump of the fixtures (pickle and JSON, gloo, every workload family):
+    the shared form differs from the plain one in its types only."""
+    found = discover([DATA / case]).files
+    assert found
+    for dump in found:
+        plain = load_dump_file(dump, job="j", incident="i").table
+        shared = load_dump_file(dump, job="j", incident="i", shared=True).table
+        assert shared.column_names == plain.column_names
+        dictionaries = {f.name for f in shared.schema if pa.types.is_dictionary(f.type) and f.name}
+        assert dictionaries == SHARED_COLUMNS, dump.path
+        for name in plain.column_names:
+            assert _plain(shared.column(name)).equals(plain.column(name)), (dump.path, name)
+
+
+def _rows(connection: Any, relation: str) -> list[tuple[Any, ...]]:
+    return connection.execute(f"SELECT * FROM {relation} ORDER BY rank, record_id").fetchall()
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "lz4"])
+def test_scratch_files_read_as_the_parquet_archive_through_every_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressed: bool
+) -> None:
+    if compressed:  # as for an import of over COMPRESS_ABOVE_FILES dumps
+        monkeypatch.setattr(scratch, "COMPRESS_ABOVE_FILES", 0)
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    two_real_gloo_runs(folder)
+    parquet = import_dumps([folder], archive=tmp_path / "parquet", workers=1)
+    arrow = import_dumps(
+        [folder], archive=tmp_path / "arrow", workers=2, members_in_files=True, scratch_files=True
+    )
+    assert arrow.ok and parquet.ok
+    assert arrow.runs_split and arrow.incidents == parquet.incidents
+    assert len(arrow.incidents) == 2
+    assert {f.path.suffix for f in arrow.rank_files} == {scratch.SUFFIX}
+    connection = duckdb.connect()
+    for incident in arrow.incidents:
+        files = [f.path for f in arrow.rank_files if f.incident == incident]
+        assert len(files) == 3
+        connection.register("scratch_rows", scratch.dataset(files))
+        folder_of = tmp_path / "parquet" / "job=default" / f"incident={incident}"
+        expected = _rows(connection, f"read_parquet('{folder_of}/*.parquet')")
+        assert expected and _rows(connection, "scratch_rows") == expected
+        # gloo's groups got their members from the whole fleet, in the scratch files too
+        inferred = connection.execute(
+            "SELECT count(*) FROM scratch_rows WHERE pg_ranks_inferred"
+        ).fetchall()
+        assert inferred[0][0] > 0
+        # the manifest counts scratch files as the rank files they are
+        manifest = read_manifest(tmp_path / "arrow", "default", incident)
+        assert manifest == read_manifest(tmp_path / "parquet", "default", incident)
+
+
+def test_compression_is_what_the_import_asks_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = {}
+    for compressed in (False, True):
+        monkeypatch.setattr(scratch, "COMPRESS_ABOVE_FILES", 0 if compressed else 10**6)
+        report = import_dumps(
+            [DATA / "gloo_healthy"],
+            archive=tmp_path / str(compressed),
+            workers=1,
+            scratch_files=True,
+        )
+        (first, *_) = sorted(report.files_written)
+        assert scratch.is_scratch_file(first)
+        sizes[compressed] = first.stat().st_size
+        assert scratch.read(first).num_rows > 0
+    assert sizes[True] < sizes[False]
