@@ -10,8 +10,11 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 
+from fr_otel.analysis import analyze
+from fr_otel.analysis.source import open_source
 from fr_otel.archive import import_dumps, scratch
 from fr_otel.archive.manifest import read_manifest
 from fr_otel.dumps.discover import discover
@@ -104,3 +107,29 @@ def test_compression_is_what_the_import_asks_for(
         sizes[compressed] = first.stat().st_size
         assert scratch.read(first).num_rows > 0
     assert sizes[True] < sizes[False]
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["mapped", "lz4-dataset"])
+def test_analysing_dumps_reads_every_column_as_the_archive_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressed: bool
+) -> None:
+    """Up to COMPRESS_ABOVE_FILES dumps, ``src`` scans one table over the mapped files;
+    past it (lz4 files), a dataset that reads them batch by batch. Both read as the
+    Parquet archive, and the analysis finds the same."""
+    if compressed:
+        monkeypatch.setattr(scratch, "COMPRESS_ABOVE_FILES", 0)
+    folder = DATA / "gloo_skipped_in_subgroup"
+    import_dumps([folder], archive=tmp_path / "archive", workers=1)
+    with open_source(tmp_path / "archive") as imported:
+        expected = _rows(imported.connection, "src")
+    with open_source(folder) as source:
+        kind = type(scratch.rows([Path(p) for (p,) in _paths(source.connection)]))
+        assert kind is (ds.FileSystemDataset if compressed else pa.Table)
+        assert expected and _rows(source.connection, "src") == expected
+    found = analyze(folder).to_dict()
+    assert found["findings"]
+    assert found == analyze(tmp_path / "archive").to_dict()
+
+
+def _paths(connection: Any) -> list[tuple[str]]:
+    return connection.execute("SELECT path FROM src_rank_files ORDER BY path").fetchall()

@@ -192,7 +192,7 @@ def register_archive(
 def _register_scratch(connection: duckdb.DuckDBPyConnection, name: str, paths: list[Path]) -> str:
     """Register scratch files (``archive.scratch``) as ``name``, a scan of their rows.
     The connection's own: unlike a view, its cursors do not see it."""
-    connection.register(name, scratch.dataset(paths))
+    connection.register(name, scratch.rows(paths))
     return name
 
 
