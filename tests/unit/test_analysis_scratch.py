@@ -1,7 +1,8 @@
 """An analysis of dumps imports them into scratch files (Arrow IPC, with each stack, name
 and constant once per file as a dictionary) instead of Parquet: every row must read as
 ``fr-otel import``'s Parquet archive gives it, through every step of the import that
-rewrites a file (gloo memberships inferred, runs split apart), compressed or not."""
+rewrites a file (gloo memberships inferred, runs split apart); past
+``scratch.MAX_FILES`` dumps, the analysis reads Parquet as before."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
 
 from fr_otel.analysis import analyze
@@ -55,12 +55,9 @@ def _rows(connection: Any, relation: str) -> list[tuple[Any, ...]]:
     return connection.execute(f"SELECT * FROM {relation} ORDER BY rank, record_id").fetchall()
 
 
-@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "lz4"])
 def test_scratch_files_read_as_the_parquet_archive_through_every_rewrite(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressed: bool
+    tmp_path: Path,
 ) -> None:
-    if compressed:  # as for an import of over COMPRESS_ABOVE_FILES dumps
-        monkeypatch.setattr(scratch, "COMPRESS_ABOVE_FILES", 0)
     folder = tmp_path / "dumps"
     folder.mkdir()
     two_real_gloo_runs(folder)
@@ -76,7 +73,7 @@ def test_scratch_files_read_as_the_parquet_archive_through_every_rewrite(
     for incident in arrow.incidents:
         files = [f.path for f in arrow.rank_files if f.incident == incident]
         assert len(files) == 3
-        connection.register("scratch_rows", scratch.dataset(files))
+        connection.register("scratch_rows", scratch.rows(files))
         folder_of = tmp_path / "parquet" / "job=default" / f"incident={incident}"
         expected = _rows(connection, f"read_parquet('{folder_of}/*.parquet')")
         assert expected and _rows(connection, "scratch_rows") == expected
@@ -90,41 +87,22 @@ def test_scratch_files_read_as_the_parquet_archive_through_every_rewrite(
         assert manifest == read_manifest(tmp_path / "parquet", "default", incident)
 
 
-def test_compression_is_what_the_import_asks_for(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    sizes = {}
-    for compressed in (False, True):
-        monkeypatch.setattr(scratch, "COMPRESS_ABOVE_FILES", 0 if compressed else 10**6)
-        report = import_dumps(
-            [DATA / "gloo_healthy"],
-            archive=tmp_path / str(compressed),
-            workers=1,
-            scratch_files=True,
-        )
-        (first, *_) = sorted(report.files_written)
-        assert scratch.is_scratch_file(first)
-        sizes[compressed] = first.stat().st_size
-        assert scratch.read(first).num_rows > 0
-    assert sizes[True] < sizes[False]
-
-
-@pytest.mark.parametrize("compressed", [False, True], ids=["mapped", "lz4-dataset"])
+@pytest.mark.parametrize("many", [False, True], ids=["scratch", "past-max-files"])
 def test_analysing_dumps_reads_every_column_as_the_archive_gives_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compressed: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, many: bool
 ) -> None:
-    """Up to COMPRESS_ABOVE_FILES dumps, ``src`` scans one table over the mapped files;
-    past it (lz4 files), a dataset that reads them batch by batch. Both read as the
-    Parquet archive, and the analysis finds the same."""
-    if compressed:
-        monkeypatch.setattr(scratch, "COMPRESS_ABOVE_FILES", 0)
+    """Up to MAX_FILES dumps, ``src`` scans the scratch files; past it (as at 8,192 ranks,
+    where DuckDB's own Parquet scan is faster), the import writes Parquet. Both read as
+    the archive that fr-otel import writes, and the analysis finds the same."""
+    if many:
+        monkeypatch.setattr(scratch, "MAX_FILES", 2)
     folder = DATA / "gloo_skipped_in_subgroup"
     import_dumps([folder], archive=tmp_path / "archive", workers=1)
     with open_source(tmp_path / "archive") as imported:
         expected = _rows(imported.connection, "src")
     with open_source(folder) as source:
-        kind = type(scratch.rows([Path(p) for (p,) in _paths(source.connection)]))
-        assert kind is (ds.FileSystemDataset if compressed else pa.Table)
+        suffixes = {Path(p).suffix for (p,) in _paths(source.connection)}
+        assert suffixes == {".parquet" if many else scratch.SUFFIX}
         assert expected and _rows(source.connection, "src") == expected
     found = analyze(folder).to_dict()
     assert found["findings"]

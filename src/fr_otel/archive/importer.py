@@ -216,8 +216,6 @@ class _Task:
     """The incident before runs were told apart (with its quorum suffix: ``quorum``)."""
     members_in_file: bool = True
     """Write ``pg_ranks`` into the rank file (see ``import_dumps``)."""
-    compress: bool = False
-    """Compress a scratch file (``final`` ends in ``scratch.SUFFIX``)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -259,7 +257,7 @@ def _load_and_stage(task: _Task) -> _Outcome:
         return _Outcome(task=task, error=exc)
     table = parsed.table
     try:
-        staged = write_staged(table, task.final, task.owner, compress=task.compress)
+        staged = write_staged(table, task.final, task.owner)
     except ArchiveError as exc:
         return _Outcome(task=task, archive_error=exc)
     world = next(
@@ -349,8 +347,7 @@ def _plan(
     members_in_files: bool,
     scratch_files: bool,
 ) -> list[_Task]:
-    suffix = scratch.SUFFIX if scratch_files else ".parquet"
-    compress = scratch_files and len(files) > scratch.COMPRESS_ABOVE_FILES
+    suffix = scratch.SUFFIX if scratch_files and len(files) <= scratch.MAX_FILES else ".parquet"
     by_quorum: dict[str | None, list[DumpFile]] = {}
     for dump in files:
         by_quorum.setdefault(dump.quorum, []).append(dump)
@@ -370,7 +367,6 @@ def _plan(
                     owner=owner,
                     base=name,
                     members_in_file=members_in_files,
-                    compress=compress,
                 )
             )
     return tasks
@@ -506,7 +502,7 @@ def _retarget(outcome: _Outcome, incident: str) -> None:
         table.schema.field(column),
         pa.array([incident] * table.num_rows, table.schema.field(column).type),
     )
-    restaged = write_staged(table, task.final, task.owner, compress=task.compress)
+    restaged = write_staged(table, task.final, task.owner)
     discard_staged(outcome.staged)
     outcome.staged = restaged
 
@@ -689,9 +685,7 @@ def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportRepor
                         )
                     )
                     table = table.drop_columns(["pg_ranks"])
-                restaged = write_staged(
-                    table, outcome.task.final, outcome.task.owner, compress=outcome.task.compress
-                )
+                restaged = write_staged(table, outcome.task.final, outcome.task.owner)
                 discard_staged(outcome.staged)
                 outcome.staged = restaged
         # a dump without entries is a rank whose buffer is missing
@@ -751,7 +745,8 @@ def import_dumps(
     that only ``open_source`` reads, which puts the column back. A default group's list
     is on every one of its rows: at 8,192 ranks it is two thirds of a rank file's write.
     ``scratch_files=True`` writes the rank files as Arrow IPC (``archive.scratch``), for
-    such an archive too: faster to write, and read by nothing else.
+    such an archive too: faster to write, and read by nothing else (up to
+    ``scratch.MAX_FILES`` dumps; past it, Parquet).
     """
     archive_path = config.archive_dir(archive)
     job_value = config.job_name(job)

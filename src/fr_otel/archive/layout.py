@@ -88,16 +88,14 @@ def staging_path(final: Path, owner: str | None = None) -> Path:
     return final.with_name(f".{final.name}.{tag}{uuid.uuid4().hex[:12]}.tmp")
 
 
-def write_staged(
-    table: pa.Table, final: Path, owner: str | None = None, *, compress: bool = False
-) -> Path:
+def write_staged(table: pa.Table, final: Path, owner: str | None = None) -> Path:
     """Write ``table`` next to ``final`` under a temporary name; return that name. A
-    scratch file (``scratch.SUFFIX``) is written as Arrow IPC, lz4 when ``compress``."""
+    scratch file (``scratch.SUFFIX``) is written as Arrow IPC."""
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         staged = staging_path(final, owner)
         if scratch.is_scratch(final):
-            scratch.write(table, staged, compress=compress)
+            scratch.write(table, staged)
         else:
             _write_parquet(table, staged)
     except OSError as exc:

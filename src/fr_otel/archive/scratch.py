@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.dataset as ds
 
 SUFFIX = ".arrow"
 
-COMPRESS_ABOVE_FILES = 1024
-"""Imports of more dumps compress their files (lz4): at 8,192 ranks x 2,000 entries the
-uncompressed files would take ~5 GB of temporary space, and there the write is a small
-share of the analysis. Below, the ~2.5x faster uncompressed write wins."""
+MAX_FILES = 1024
+"""Imports of more dumps write Parquet even for an analysis. There the analysis, not the
+write, is most of the time, and DuckDB's own Parquet scan (parallel, reading only the
+columns a query needs) is faster and holds less: at 8,192 ranks x 2,000 entries, lz4
+scratch files read through a ``pyarrow.dataset`` took 83.1 s and 3.74 GB against 75.5 s
+and 3.26 GB from Parquet. Uncompressed, they would also need ~5 GB of temporary space."""
 
 
 _MAGIC = b"ARROW1"
@@ -46,15 +47,14 @@ def is_scratch_file(path: Path) -> bool:
         return handle.read(len(_MAGIC)) == _MAGIC
 
 
-def write(table: pa.Table, path: Path, *, compress: bool) -> None:
+def write(table: pa.Table, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    options = ipc.IpcWriteOptions(compression="lz4" if compress else None)
     # buffered: unbuffered, the writer makes a system call per buffer (~180 a file)
     with (
         pa.output_stream(str(path), buffer_size=_WRITE_BUFFER) as sink,
-        ipc.new_file(sink, table.schema, options=options) as writer,
+        ipc.new_file(sink, table.schema) as writer,
     ):
         writer.write_table(table)
 
@@ -67,18 +67,13 @@ def read(path: Path) -> pa.Table:
         return ipc.open_file(source).read_all()
 
 
-def rows(paths: Sequence[Path]) -> pa.Table | ds.Dataset:
-    """The rows of ``paths`` (files ``write`` wrote, of one schema), for DuckDB to scan.
-
-    Up to ``COMPRESS_ABOVE_FILES`` files (written uncompressed): one table over the files
-    mapped into memory, not copied. DuckDB scans it far faster than a dataset of the
-    files: at 256 x 2,000, the analyzer's first pass took 0.22 s against 0.39-0.45 s (and
-    0.25-0.30 s from Parquet). The mapped pages count in the process's RSS, ~600 KB a
-    rank, but are the page cache's: clean, and given back under memory pressure. More
-    files (lz4): a dataset, scanned batch by batch, so that memory does not grow with
-    the world size."""
-    if len(paths) > COMPRESS_ABOVE_FILES:
-        return dataset(paths)
+def rows(paths: Sequence[Path]) -> pa.Table:
+    """The rows of ``paths`` (files ``write`` wrote, of one schema), for DuckDB to scan:
+    one table over the files mapped into memory, not copied. DuckDB scans it far faster
+    than a ``pyarrow.dataset`` of the files: at 256 x 2,000 the analyzer's first pass
+    took 0.22 s against 0.39-0.45 s (and 0.25-0.30 s from Parquet). The mapped pages
+    count in the process's RSS, ~600 KB a rank, but are the page cache's: clean, and
+    given back under memory pressure."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
@@ -87,15 +82,3 @@ def rows(paths: Sequence[Path]) -> pa.Table | ds.Dataset:
         with pa.memory_map(str(path)) as source:
             tables.append(ipc.open_file(source).read_all())
     return pa.concat_tables(tables)
-
-
-def dataset(paths: Sequence[Path]) -> ds.Dataset:
-    """The rows of ``paths`` (files ``write`` wrote, of one schema: the first's), read as
-    they are scanned."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-    import pyarrow.ipc as ipc
-
-    with pa.memory_map(str(paths[0])) as source:
-        schema = ipc.open_file(source).schema
-    return ds.dataset([p.as_posix() for p in paths], schema=schema, format="ipc")
