@@ -41,6 +41,17 @@ def test_the_limit_is_set_and_spills_go_to_a_folder_removed_afterwards(
     assert os.listdir(tmp_path) == []  # DuckDB's own default would be ./.tmp
 
 
+def test_the_analysis_never_stops_to_checkpoint_its_tables(archive: Path) -> None:
+    """DuckDB checkpoints an in-memory database every 16 MiB of changes by default; the
+    analysis's tables live for one command, and the checkpoints cost it ~17%."""
+    with open_session(archive) as session:
+        (threshold,) = session.connection.execute(
+            "SELECT current_setting('checkpoint_threshold')"
+        ).fetchone()
+    number, unit = threshold.split()
+    assert unit == "TiB" and float(number) >= 100, threshold
+
+
 def test_a_limit_that_forces_spilling_gives_the_same_verdict(archive: Path) -> None:
     unbounded = analyze(archive, memory_limit="4GB")
     with open_session(archive, memory_limit="80MB") as session:

@@ -380,9 +380,20 @@ def connect(
     spill = stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-otel-spill-"))
     return stack.enter_context(
         duckdb.connect(
-            config={"memory_limit": analysis_memory(memory_limit), "temp_directory": spill}
+            config={
+                "memory_limit": analysis_memory(memory_limit),
+                "temp_directory": spill,
+                "checkpoint_threshold": _NO_CHECKPOINT,
+            }
         )
     )
+
+
+_NO_CHECKPOINT = "1000TB"
+"""DuckDB checkpoints even an in-memory database once 16 MiB of changes accumulate,
+compressing its tables. The analysis's tables live for one command: a checkpoint cost
+0.13-0.18 s of a 0.6-0.75 s analysis at 256 ranks x 2,000 entries, and 6 s of 36 s at
+8,192 ranks, where peak RSS stayed the same (3.37 against 3.36 GB)."""
 
 
 @contextlib.contextmanager
