@@ -686,8 +686,7 @@ def _build(
     shortest = pc.min(lengths).as_py() if n else 2
     if shortest is None or shortest < 1:
         raise ValueError("an entry has an empty process_group")
-    group_names = pc.dictionary_encode(pc.list_element(group_field, pa.scalar(0, pa.int32())))
-    name_values, name_index = group_names.dictionary.to_pylist(), group_names.indices
+    name_values, name_index = _encoded(pc.list_element(group_field, pa.scalar(0, pa.int32())))
     if shortest >= 2:
         desc_column = pc.list_element(group_field, pa.scalar(1, pa.int32()))
     else:  # a (name,) group from a tool that left the description out
@@ -695,8 +694,7 @@ def _build(
             [g[1] if len(g) > 1 else None for g in group_field.to_pylist()], type=pa.string()
         )
 
-    profiling = pc.dictionary_encode(raw.field("profiling_name"))
-    profiling_values, profiling_index = profiling.dictionary.to_pylist(), profiling.indices
+    profiling_values, profiling_index = _encoded(raw.field("profiling_name"))
     split = [split_profiling_name(str(name)) for name in profiling_values]
     backends = {backend for backend, _, _ in split if backend}
 
@@ -765,7 +763,7 @@ def _build(
         "run_id": constant(run_id_of(path), pa.string()),
         "rank": constant(rank, pa.int64()),
         "pg_id": raw.field("pg_id"),
-        "pg_name": group_names if shared else group_names.dictionary.take(name_index),
+        "pg_name": _spread(pa.array(name_values, type=pa.string()), name_index, shared),
         "pg_desc": few(desc_column),
         "pg_ranks": _repeated_lists(group_ranks, name_index) if members_column else None,
         "pg_ranks_inferred": constant(False, pa.bool_()),
@@ -775,7 +773,9 @@ def _build(
         "op_id": raw.field("op_id"),
         "backend": by_profiling_name([b for b, _, _ in split]),
         "op": by_profiling_name([o for _, o, _ in split]),
-        "profiling_name": profiling if shared else raw.field("profiling_name"),
+        "profiling_name": by_profiling_name(profiling_values)
+        if shared
+        else raw.field("profiling_name"),
         "peer": peers,
         "input_sizes": raw.field("input_sizes"),
         "output_sizes": raw.field("output_sizes"),
