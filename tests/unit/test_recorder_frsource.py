@@ -16,6 +16,7 @@ import pytest
 from fr_otel.recorder.frsource import FrMirror
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, read_ring, torch_ring_base
 from fr_otel.recorder.slot import COMPLETED, STARTED
+from fr_otel.recorder.triggers import POLL_S
 
 INFO = GroupInfo(name="0", desc="default_pg", ranks=(0, 1), backend="gloo", timeout_ms=8000)
 
@@ -111,7 +112,7 @@ def test_only_what_no_hook_recorded_is_copied(tmp_path: Path) -> None:
     assert mirror.stats.mirrored == 3
     # nothing new: no read at all
     reads = torch.reads
-    mirror._next_read = 0.0
+    mirror._read_at = float("-inf")
     assert mirror.tick() is None and torch.reads == reads
 
 
@@ -134,7 +135,7 @@ def test_reads_are_spaced_by_their_cost(tmp_path: Path) -> None:
     torch.issue("all_reduce")
     mirror.tick()  # behind again, but within the interval after the first read
     assert torch.reads == 1
-    mirror._next_read = 0.0
+    mirror._read_at = float("-inf")
     mirror.tick()
     assert torch.reads == 2
     assert [s for s, _, _ in _mirrored(mirror)] == [1, 2]
@@ -166,14 +167,24 @@ def test_continuous_mode_reads_before_torch_overwrites_within_a_cost_cap(tmp_pat
         mirror.rate = 100.0  # collectives a second
     # incident mode: 400x the cost, whatever the rate (only the newest entries matter)
     assert incident._interval() == 16.0
-    # continuous: before 80% of torch's buffer has turned over (16 s, within the 16 s cap)
-    assert continuous._interval() == 16.0
+    # continuous: before 80% of torch's buffer has turned over (16 s), less the watch's
+    # poll (a read comes up to one poll late)
+    assert continuous._interval() == 16.0 - POLL_S
     continuous.rate = 400.0  # 4 s to turn 80% of the buffer over
-    assert continuous._interval() == 4.0
-    continuous.peak_rate = 800.0  # a recent burst twice as fast: planned for
-    assert continuous._interval() == 2.0
+    assert continuous._interval() == 4.0 - POLL_S
+    continuous.peak_rate = 640.0  # a recent burst 1.6 times as fast: planned for
+    assert continuous._interval() == 2.5 - POLL_S
     continuous.rate = continuous.peak_rate = 4000.0  # past a 2% share of a core: the cap holds
     assert continuous._interval() == 2.0
+
+
+def test_the_rate_is_measured_over_a_window_not_each_look(tmp_path: Path) -> None:
+    _, _, mirror = _setup(tmp_path, complete=True)
+    mirror._measure_rate(0.0, {"0": 0})
+    mirror._measure_rate(0.25, {"0": 200})  # a look: 800 a second over a quarter second
+    assert mirror.rate == mirror.peak_rate == 0.0  # not yet a window
+    mirror._measure_rate(1.0, {"0": 400})
+    assert mirror.rate == mirror.peak_rate == 400.0
 
 
 def test_the_peak_rate_remembers_a_burst_and_forgets_it_slowly(tmp_path: Path) -> None:
@@ -186,3 +197,41 @@ def test_the_peak_rate_remembers_a_burst_and_forgets_it_slowly(tmp_path: Path) -
     for second in range(3, 63):  # a minute later, two half-lives: a quarter of it is left
         mirror._measure_rate(float(second), {"0": 1100 + 100 * (second - 2)})
     assert mirror.peak_rate == pytest.approx(1000 * 0.5 ** (61 / 30), rel=0.01)
+
+
+def test_one_slow_read_does_not_space_the_next_ones_past_the_buffer(tmp_path: Path) -> None:
+    _, _, mirror = _setup(tmp_path, complete=True)
+    mirror.rate = 800.0  # 2 s to turn 80% of the buffer over
+    for cost in (0.03, 0.03, 0.03, 0.03, 0.09):  # the last read slowed by the machine
+        mirror.stats.recent_costs.append(cost)
+    mirror.stats.last_cost_s = 0.09
+    # its 50x cost cap alone (4.5 s) would let torch overwrite 1,600 entries unread
+    assert mirror._interval() == 2.0 - POLL_S
+
+
+def test_entries_differing_only_in_their_shapes_get_their_own_signatures(tmp_path: Path) -> None:
+    _main, torch, mirror = _setup(tmp_path)
+    shapes = [[[2, 3]], [[2], [3]], [[]], [], [[2, 3]], [[6]]]
+    for sizes in shapes:
+        torch.issue("all_reduce")
+        torch.entries[-1]["input_sizes"] = torch.entries[-1]["output_sizes"] = sizes
+    mirror.read()
+    contents = read_ring(mirror.ring.base, 0)
+    found = [contents.signatures[s[4]].input_sizes for s in contents.slots]
+    assert found == shapes
+    assert len({s[4] for s in contents.slots}) == 5  # the repeated [[2, 3]] is shared
+
+
+def test_only_entries_newer_than_the_last_read_are_copied_and_a_gap_is_counted(
+    tmp_path: Path,
+) -> None:
+    _main, torch, mirror = _setup(tmp_path)
+    for _ in range(3):
+        torch.issue("all_reduce")
+    mirror.read()
+    for _ in range(4):
+        torch.issue("broadcast")
+    del torch.entries[:4]  # torch's buffer wrapped: records 3 is gone unread
+    mirror.read()
+    assert [s for s, _, _ in _mirrored(mirror)] == [1, 2, 3, 5, 6, 7]
+    assert mirror.stats.missed == 1

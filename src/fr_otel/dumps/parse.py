@@ -391,7 +391,8 @@ class DecodedEntries:
     stacks: list[list[dict[str, Any]]]
 
 
-def _raw_entries(entries: list[dict[str, Any]]) -> pa.StructArray:
+def raw_entries(entries: list[dict[str, Any]]) -> pa.StructArray:
+    """Entries as ``RAW_ENTRY`` rows (scalars a less strict writer left loose, coerced)."""
     try:
         return pa.array(entries, type=RAW_ENTRY)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
@@ -620,7 +621,7 @@ def dump_to_table(
         if decoded is None:
             # the decoder bounds what it decodes itself
             _check_entries_expansion(entries, limit)
-            raw = _raw_entries(entries)
+            raw = raw_entries(entries)
             frames, sites = _frames_and_sites(
                 entries, RECORD_SCHEMA.field("frames").type, stack_limit, shared
             )

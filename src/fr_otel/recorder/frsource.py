@@ -15,21 +15,28 @@ watch thread), so everything downstream (the flush, continuous mode's spans, a p
 its ring files.
 
 Reading FR costs the training thread: torch's dump functions hold the GIL while they
-serialise the buffer (measured on 2 cores: 31-37 ms for a JSON dump of 2,000 entries,
+serialise the buffer (measured on 2 cores: 14-21 ms for a pickle dump of 2,000 entries,
 during which no other Python thread runs). So the mirror reads it only when torch's
 counters say it holds ops the ring lacks, and then at most once per ``COST_FACTOR`` times
-the last read's cost: the stall stays near 1% of wall time, whatever the buffer's size.
+the recent reads' cost: the stall stays near 1% of wall time, whatever the buffer's size.
+What the mirror adds to torch's dump is kept small: the dump is decoded into columns by
+the import's C decoder, and only the entries newer than the last read become Python
+values (2,000 entries of which 1,260 new: 6-8 ms after the dump as dicts, 3-4 ms so).
 Asking a group's counter costs 0.2-0.3 µs and holds nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
+from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fr_otel.recorder.ring import (
     GroupInfo,
@@ -37,6 +44,10 @@ from fr_otel.recorder.ring import (
     Signature,
 )
 from fr_otel.recorder.slot import COMPLETED, SCHEDULED, STARTED
+from fr_otel.recorder.triggers import POLL_S
+
+if TYPE_CHECKING:  # pyarrow is imported where entries are read: not at install
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +68,21 @@ twice the entries it brought, at 0.8 for 1.25 times; a burst 25% above the recen
 rate is what it takes to lose entries (counted as missed)."""
 PEAK_HALF_LIFE_S = 30.0
 """How fast the peak collective rate continuous mode plans its reads for forgets a burst."""
+RATE_WINDOW_S = 1.0
+"""The rate is measured over at least this long. Over one watch poll (0.25 s) a steady
+DDP job's rate varied so much that its peak ran 27% above its mean, and reads came at 60%
+of torch's buffer instead of ``WRAP_SHARE``: each entry paid for a third more of torch's
+dump than it needed to. A burst shorter than this is averaged in; it would have to hold
+1,600 collectives (torch's default buffer at ``WRAP_SHARE``) to lose any."""
 MIN_INTERVAL_S = 1.0
 """The shortest time between two reads (the watch thread ticks faster)."""
 MAX_INTERVAL_S = 30.0
 """The longest time ops the ring lacks wait for a read (shorter for short group timeouts:
 ``DETECT_SHARE`` of the detection timeout)."""
+COST_MEMORY = 5
+"""Reads are spaced by the median cost of this many recent ones: one read slowed by the
+machine (twice the usual, in DDP runs here) would otherwise space the next ones past
+``WRAP_SHARE``, and torch would overwrite entries before they were read."""
 DETECT_SHARE = 3
 DETECTION_SHARE = 0.75
 """By default an op is overdue at this share of its group's timeout: the rank declares and
@@ -80,56 +101,115 @@ FR_SOURCES = ("_dump_fr_trace", "_dump_nccl_trace")
 """Torch keeps one Flight Recorder per event type: the generic one (gloo and other CPU
 backends) and NCCL's. A job with groups of both has entries in both, each numbered on its
 own (``record_id``). Their pickle dumps, without stack traces, are read: for 2,000 entries
-17-26 ms to dump and 3-4 ms to load here, against 47-53 ms and 9 ms for the JSON ones."""
+17-26 ms to dump here, against 47-53 ms for the JSON ones."""
 
 
-def torch_fr_entries() -> dict[str, list[dict[str, Any]]] | None:
+def fr_columns(data: bytes) -> pa.StructArray:
+    """A pickle dump's entries as columns (``parse.RAW_ENTRY``): by the import's C decoder
+    (0.8 ms for 2,000 entries here, against 3-5 ms for the restricted unpickler, which
+    reads what the decoder declines; both refuse every global)."""
+    from fr_otel.dumps.columnar import decode_columns
+    from fr_otel.dumps.parse import raw_entries
+    from fr_otel.dumps.safe_pickle import loads_plain
+
+    decoded = decode_columns(data) if data else None
+    if decoded is not None:
+        return decoded[1].raw
+    entries = loads_plain(data).get("entries", []) if data else []
+    return raw_entries(entries if isinstance(entries, list) else [])
+
+
+def torch_fr_entries() -> dict[str, pa.StructArray] | None:
     """This process's FR entries (no stack traces) by recorder, or None when torch has
-    none. The dump is torch's own, of this process; it is still loaded by the restricted
-    unpickler that refuses every global, as every dump is."""
+    none. The dump is torch's own, of this process; it is still read as untrusted, as
+    every dump is."""
     try:
         from torch._C import _distributed_c10d as c10d_ext
     except ImportError:
         return None
-    from fr_otel.dumps.safe_pickle import loads_plain
-
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, pa.StructArray] = {}
     for name in FR_SOURCES:
         function: Any = getattr(c10d_ext, name, None)
         if function is None:
             continue
         try:
             raw = function(includeCollectives=True, includeStackTraces=False, onlyActive=False)
+            found[name] = fr_columns(bytes(raw) if raw else b"")
         except Exception:  # NCCL's recorder exists but this process has no NCCL group
             continue
-        entries = loads_plain(bytes(raw)).get("entries", []) if raw else []
-        if isinstance(entries, list):
-            found[name] = entries
     return found if found else None
 
 
-def _frozen(sizes: Any) -> tuple[tuple[int, ...], ...]:
-    return tuple(map(tuple, sizes)) if sizes else ()
+@cache
+def _text(value: str) -> pa.Scalar:
+    """A string scalar, made once: pyarrow converting a Python literal in a compute call
+    looks for dateutil each time (a filesystem search where it is not installed)."""
+    import pyarrow as pa
+
+    return pa.scalar(value, pa.string())
 
 
-def _group_name(entry: dict[str, Any]) -> str:
-    group = entry.get("process_group")
+def _sizes_text(sizes: pa.ListArray) -> pa.Array:
+    """``[[2, 3], []]`` -> ``"[2x3][]"``: one text per row, equal for equal shape lists."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    inner = sizes.flatten()
+    texts = pc.binary_join(inner.cast(pa.list_(pa.string())), _text("x"))
+    shapes = pc.binary_join_element_wise(_text("["), texts, _text("]"), _text(""))
+    offsets = sizes.offsets
+    rebased = pc.subtract(offsets, offsets[0]) if len(offsets) else offsets
+    per_row = pa.ListArray.from_arrays(rebased, shapes, mask=sizes.is_null())
+    return pc.binary_join(per_row, _text(""))
+
+
+def _signature_keys(entries: pa.StructArray) -> pa.DictionaryArray:
+    """Per entry, what makes its ``Signature``, as a text (Arrow hashes no nested lists):
+    entries of one call site share it, so each distinct one is built once."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = [
+        entries.field("profiling_name"),
+        _sizes_text(entries.field("input_sizes")),
+        _sizes_text(entries.field("output_sizes")),
+        pc.binary_join(entries.field("input_dtypes"), _text(",")),
+        pc.binary_join(entries.field("output_dtypes"), _text(",")),
+        entries.field("is_p2p").cast(pa.string()),
+    ]
+    text = pc.binary_join_element_wise(*[pc.fill_null(p, _text("")) for p in parts], _text("|"))
+    return pc.dictionary_encode(text)
+
+
+def _encoded(array: pa.Array) -> tuple[list[int | None], list[Any]]:
+    """Per row an index into the distinct values (None for a null), and those values."""
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(array)
+    return encoded.indices.to_pylist(), encoded.dictionary.to_pylist()
+
+
+def _first_items(lists: pa.ListArray) -> pa.Array:
+    """Each list's first item; null for a null or empty list."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    filled = pc.greater(pc.list_value_length(lists), 0)
+    return pc.list_element(pc.if_else(filled, lists, pa.scalar(None, lists.type)), 0)
+
+
+def _group_name(group: Any) -> str:
     return str(group[0]) if isinstance(group, list | tuple) and group else str(group)
 
 
-def _fr_state(entry: dict[str, Any]) -> int:
+def _fr_state(state: str | None, retired: bool | None, gloo: bool) -> int:
     """A slot state for an FR entry: NCCL's own, gloo's ``retired`` (its only completion
     signal: gloo never discovers start or completion)."""
-    state = entry.get("state")
-    if state == "completed" or (entry.get("retired") and state == "scheduled"):
+    if state == "completed" or (retired and state == "scheduled"):
         return COMPLETED
     if state == "started":
         return STARTED
-    return STARTED if _is_gloo(entry) else SCHEDULED
-
-
-def _is_gloo(entry: dict[str, Any]) -> bool:
-    return str(entry.get("profiling_name", "")).startswith("gloo:")
+    return STARTED if gloo else SCHEDULED
 
 
 @dataclass(kw_only=True)
@@ -142,6 +222,8 @@ class MirrorStats:
     last_cost_s: float = 0.0
     """Wall time of the last read (the GIL is held for most of it)."""
     total_cost_s: float = 0.0
+    recent_costs: deque[float] = field(default_factory=lambda: deque(maxlen=COST_MEMORY))
+    """The last reads' wall times: reads are spaced by their median."""
 
 
 @dataclass
@@ -199,7 +281,9 @@ class FrMirror:
         self._pending: dict[tuple[str, int], _Pending] = {}
         """(FR source, record id) -> the torch ring's record of an op still running at the
         last read."""
-        self._next_read = 0.0
+        self._read_at = float("-inf")
+        """When the last read ended (monotonic): the next is due an ``_interval()`` later,
+        as that interval stands at each look (the rate is learnt after the first read)."""
         self._overdue_seen: set[tuple[str, int]] = set()
         self._group_index: dict[str, int] = {}
         self._group_timeout: dict[str, int] = {}
@@ -218,7 +302,7 @@ class FrMirror:
         if counters is not None:
             self._measure_rate(now, counters)
         overdue = self._overdue() is not None
-        if now < self._next_read and not overdue:
+        if now < self._read_at + self._interval() and not overdue:
             return None
         if not overdue and not self._behind(counters or self._counters()):
             return None
@@ -269,7 +353,9 @@ class FrMirror:
 
     def _measure_rate(self, now: float, counters: dict[str, int]) -> None:
         total = sum(counters.values())
-        if self._issued is not None and now > self._issued[0]:
+        if self._issued is not None and now - self._issued[0] < RATE_WINDOW_S:
+            return
+        if self._issued is not None:
             elapsed = now - self._issued[0]
             latest = max(total - self._issued[1], 0) / elapsed
             self.rate = latest if not self.rate else 0.7 * self.rate + 0.3 * latest
@@ -280,12 +366,14 @@ class FrMirror:
         ceiling = MAX_INTERVAL_S
         if self.shortest_timeout_ns:
             ceiling = min(ceiling, self.shortest_timeout_ns / 1e9 / DETECT_SHARE)
-        cost = self.stats.last_cost_s
+        recent = self.stats.recent_costs
+        cost = statistics.median(recent) if recent else self.stats.last_cost_s
         interval = COST_FACTOR * cost
         rate = max(self.rate, self.peak_rate)
         if self._complete and rate > 0:
-            # before torch overwrites what was not read, within the cap
-            wrap = WRAP_SHARE * self._fr_capacity / rate
+            # before torch overwrites what was not read, within the cap; the watch looks
+            # only every POLL_S, so a read comes up to that late
+            wrap = WRAP_SHARE * self._fr_capacity / rate - POLL_S
             interval = max(min(interval, wrap), COMPLETE_COST_FACTOR * cost)
         return min(max(MIN_INTERVAL_S, interval), ceiling)
 
@@ -324,71 +412,125 @@ class FrMirror:
             cost = time.perf_counter() - started
             self.stats.reads += 1
             self.stats.last_cost_s = cost
+            self.stats.recent_costs.append(cost)
             self.stats.total_cost_s += cost
-            self._next_read = time.monotonic() + self._interval()
+            self._read_at = time.monotonic()
         overdue = self._overdue()
         if overdue is None:
             return None
         self._overdue_seen.add(overdue)
         return "timeout"
 
-    def _take(self, source: str, entries: list[dict[str, Any]]) -> None:
+    def _take(self, source: str, entries: pa.StructArray | list[dict[str, Any]]) -> None:
+        """Mirror the entries newer than the last read, and finish the ops that were
+        still running then. Torch's buffer is in record order: the new ones are a tail,
+        and only that tail is turned into Python values, column by column."""
+        if isinstance(entries, list):  # a reader that hands entries as dicts (tests)
+            from fr_otel.dumps.parse import raw_entries
+
+            entries = raw_entries(entries)
+        records = entries.field("record_id").to_pylist()
         last = self._last_fr_record.get(source, -1)
-        if entries and last >= 0:
-            first = min(int(e.get("record_id", 0)) for e in entries)
-            if first > last + 1:
-                self.stats.missed += first - last - 1
-        newest = last
-        rows: list[tuple[int, ...]] = []
-        running: list[tuple[int, tuple[str, int], _Pending]] = []
-        for entry in entries:
-            fr_record = int(entry.get("record_id", -1))
-            if fr_record <= last:
-                pending = self._pending.get((source, fr_record))
-                if pending is not None and _fr_state(entry) == COMPLETED:
-                    completed = int(entry.get("time_discovered_completed_ns") or 0)
-                    self.ring.finish(pending.record, COMPLETED, completed or None)
-                    del self._pending[(source, fr_record)]
-                continue
-            newest = max(newest, fr_record)
-            row = self._row(entry)
-            if row is None:
-                continue
-            if row[-1] != COMPLETED:
-                running.append((len(rows), (source, fr_record), self._pending_of(entry, row)))
-            rows.append(row)
+        if records and last >= 0 and records[0] > last + 1:
+            self.stats.missed += records[0] - last - 1
+        self._finish_pending(source, entries, records)
+        start = bisect_right(records, last)
+        if start == len(records):
+            return
+        new = entries.slice(start) if start else entries
+        rows, running = self._rows(new, records[start:])
         if rows:
             first = self.ring.append(rows)
             for offset, key, pending in running:
                 pending.record = first + offset
-                self._pending[key] = pending
+                self._pending[(source, key)] = pending
             self.stats.mirrored += len(rows)
-        self._last_fr_record[source] = newest
+        self._last_fr_record[source] = max(last, records[-1])
 
-    def _row(self, entry: dict[str, Any]) -> tuple[int, ...] | None:
-        """The torch ring's slot for an entry no hook recorded (None for a hooked one)."""
-        name = _group_name(entry)
-        is_p2p = bool(entry.get("is_p2p"))
-        seq = int(entry.get("collective_seq_id") or 0)
-        p2p_seq = int(entry.get("p2p_seq_id") or 0)
-        if (is_p2p, p2p_seq if is_p2p else seq) in self._hooked.get(name, ()):
-            return None
-        group = self._group(name, entry)
-        if group is None:
-            return None
-        state = _fr_state(entry)
-        created = int(entry.get("time_created_ns") or 0) or time.time_ns()
-        done = 0
-        if state == COMPLETED:
+    def _finish_pending(self, source: str, entries: pa.StructArray, records: list[int]) -> None:
+        """Ops running at an earlier read that torch now says completed."""
+        for key in [k for k in self._pending if k[0] == source]:
+            at = bisect_left(records, key[1])
+            if at == len(records) or records[at] != key[1]:
+                continue  # torch overwrote it: it stays as it was
+            entry = entries[at].as_py()
+            gloo = str(entry.get("profiling_name") or "").startswith("gloo:")
+            if _fr_state(entry.get("state"), entry.get("retired"), gloo) == COMPLETED:
+                completed = int(entry.get("time_discovered_completed_ns") or 0)
+                self.ring.finish(self._pending[key].record, COMPLETED, completed or None)
+                del self._pending[key]
+
+    def _rows(
+        self, entries: pa.StructArray, records: list[int]
+    ) -> tuple[list[tuple[int, ...]], list[tuple[int, int, _Pending]]]:
+        """The torch ring's slots for the entries no hook recorded, and which of them
+        still run: (position among the slots, FR record id, its pending op)."""
+
+        column = entries.field
+        group_at, group_names = _encoded(_first_items(column("process_group")))
+        state_at, state_names = _encoded(column("state"))
+        name_at, profiling_names = _encoded(column("profiling_name"))
+        signature_at, _ = _encoded(_signature_keys(entries))
+        gloo = [str(n or "").startswith("gloo:") for n in profiling_names]
+        signatures: dict[int | None, int] = {}  # distinct key -> the ring's signature
+        groups: dict[int | None, int | None] = {}  # distinct group -> the ring's group
+        rows: list[tuple[int, ...]] = []
+        running: list[tuple[int, int, _Pending]] = []
+        now = time.time_ns()
+        for i, (
+            group_key,
+            is_p2p,
+            seq,
+            p2p_seq,
+            created,
+            completed,
+            retired,
+            state_key,
+        ) in enumerate(
+            zip(
+                group_at,
+                column("is_p2p").to_pylist(),
+                column("collective_seq_id").to_pylist(),
+                column("p2p_seq_id").to_pylist(),
+                column("time_created_ns").to_pylist(),
+                column("time_discovered_completed_ns").to_pylist(),
+                column("retired").to_pylist(),
+                state_at,
+                strict=True,
+            )
+        ):
+            name = str(group_names[group_key]) if group_key is not None else "None"
+            seq, p2p_seq = seq or 0, p2p_seq or 0
+            if (bool(is_p2p), p2p_seq if is_p2p else seq) in self._hooked.get(name, ()):
+                continue
+            if group_key not in groups:
+                groups[group_key] = self._group(name, entries[i].as_py())
+            group = groups[group_key]
+            if group is None:
+                continue
+            name_key = name_at[i]
+            state = _fr_state(
+                state_names[state_key] if state_key is not None else None,
+                retired,
+                name_key is not None and gloo[name_key],
+            )
+            created = created or now
             # gloo never says when an op ended: a span of no length, not an invented one
-            done = int(entry.get("time_discovered_completed_ns") or 0) or created
-        signature = self._signature(entry)
-        return (group, seq, p2p_seq, signature, -1, -1, created, done, state)
+            done = (completed or created) if state == COMPLETED else 0
+            signature_key = signature_at[i]  # never null: every part is filled
+            signature = signatures.get(signature_key)
+            if signature is None:
+                signature = signatures[signature_key] = self._signature(entries[i].as_py())
+            row = (group, seq, p2p_seq, signature, -1, -1, created, done, state)
+            if state != COMPLETED:
+                running.append((len(rows), records[i], self._pending_of(entries[i].as_py(), row)))
+            rows.append(row)
+        return rows, running
 
     def _pending_of(self, entry: dict[str, Any], row: tuple[int, ...]) -> _Pending:
         timeout = detection_timeout_ns(
             int(entry.get("timeout_ms") or 0) * 1_000_000
-            or self._group_timeout.get(_group_name(entry), 0),
+            or self._group_timeout.get(_group_name(entry.get("process_group")), 0),
             self._timeout_s,
         )
         return _Pending(-1, row[6], timeout)
@@ -416,15 +558,21 @@ class FrMirror:
         return index
 
     def _signature(self, entry: dict[str, Any]) -> int:
-        profiling_name = str(entry.get("profiling_name", ""))
-        get = entry.get
+        """The ring's signature of an entry's op, sizes and dtypes (interned: once per
+        distinct one for the life of the ring)."""
+        profiling_name = str(entry.get("profiling_name") or "")
+        sizes_in = entry.get("input_sizes") or []
+        sizes_out = entry.get("output_sizes") or []
+        dtypes_in = entry.get("input_dtypes") or []
+        dtypes_out = entry.get("output_dtypes") or []
+        is_p2p = bool(entry.get("is_p2p"))
         key = (
             profiling_name,
-            _frozen(get("input_sizes")),
-            _frozen(get("output_sizes")),
-            tuple(get("input_dtypes") or ()),
-            tuple(get("output_dtypes") or ()),
-            bool(get("is_p2p")),
+            tuple(map(tuple, sizes_in)),
+            tuple(map(tuple, sizes_out)),
+            tuple(dtypes_in),
+            tuple(dtypes_out),
+            is_p2p,
         )
         index = self._signatures.get(key)
         if index is None:
@@ -436,11 +584,11 @@ class FrMirror:
             backend, op = named
             signature = Signature(
                 op=op,
-                input_sizes=list(entry.get("input_sizes") or []),
-                output_sizes=list(entry.get("output_sizes") or []),
-                input_dtypes=list(entry.get("input_dtypes") or []),
-                output_dtypes=list(entry.get("output_dtypes") or []),
-                is_p2p=bool(entry.get("is_p2p")),
+                input_sizes=list(sizes_in),
+                output_sizes=list(sizes_out),
+                input_dtypes=list(dtypes_in),
+                output_dtypes=list(dtypes_out),
+                is_p2p=is_p2p,
                 backend=backend,
             )
             index = self._signatures[key] = self.ring.intern_signature(key, signature)
