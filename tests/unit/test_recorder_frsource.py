@@ -235,3 +235,19 @@ def test_only_entries_newer_than_the_last_read_are_copied_and_a_gap_is_counted(
     mirror.read()
     assert [s for s, _, _ in _mirrored(mirror)] == [1, 2, 3, 5, 6, 7]
     assert mirror.stats.missed == 1
+
+
+def test_entries_out_of_record_order_or_without_a_record_id_are_read_in_order(
+    tmp_path: Path,
+) -> None:
+    _main, torch, mirror = _setup(tmp_path)
+    for _ in range(4):
+        torch.issue("all_reduce")
+    torch.entries.reverse()  # a dump not oldest first
+    torch.entries[0]["record_id"] = None  # and one entry without its id: left out
+    mirror.read()
+    assert [s for s, _, _ in _mirrored(mirror)] == [1, 2, 3]
+    torch.issue("broadcast")  # record 4: only it is new at the next read
+    mirror.read()
+    assert [s for s, _, _ in _mirrored(mirror)] == [1, 2, 3, 5]
+    assert mirror.stats.missed == 0

@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -196,6 +197,22 @@ def _first_items(lists: pa.ListArray) -> pa.Array:
 
     filled = pc.greater(pc.list_value_length(lists), 0)
     return pc.list_element(pc.if_else(filled, lists, pa.scalar(None, lists.type)), 0)
+
+
+def _in_record_order(entries: pa.StructArray) -> tuple[pa.StructArray, list[int]]:
+    """The entries with a record id, in record order (torch dumps its ring oldest first;
+    anything else is sorted, not trusted), and their record ids."""
+    import pyarrow.compute as pc
+
+    ids = entries.field("record_id")
+    if ids.null_count:
+        entries = entries.filter(pc.is_valid(ids))
+        ids = entries.field("record_id")
+    records: list[int] = ids.to_pylist()
+    if any(later < earlier for earlier, later in pairwise(records)):
+        entries = entries.take(pc.sort_indices(ids))
+        records.sort()
+    return entries, records
 
 
 def _group_name(group: Any) -> str:
@@ -429,7 +446,7 @@ class FrMirror:
             from fr_otel.dumps.parse import raw_entries
 
             entries = raw_entries(entries)
-        records = entries.field("record_id").to_pylist()
+        entries, records = _in_record_order(entries)
         last = self._last_fr_record.get(source, -1)
         if records and last >= 0 and records[0] > last + 1:
             self.stats.missed += records[0] - last - 1
