@@ -167,10 +167,12 @@ def step():
 
 def declare_queued():
     # NCCL cannot run here: mark the default group as a backend that queues its ops
-    # (what _group does for nccl), and let the caches forget what they knew of it
+    # (what _group does for nccl), in the compiled wrapper's table and in the Python
+    # wrapper's (a call may take either), and let the caches forget what they knew of it
     capture = recorder.capture
     index, _ = capture._fast_groups[None]
     capture._fast_groups[None] = (index, True)
+    capture._groups[None] = (*capture._groups[None][:4], "nccl")
     capture._core.invalidate()
     return dist.all_reduce.recorded
 
@@ -197,6 +199,7 @@ def test_a_queued_backend_leaves_its_ops_scheduled(tmp_path: Path) -> None:
     # in C, the group, signature and site being known; a call whose frame object landed at
     # another address (the call-site cache keys on it) goes to Python, which writes the
     # same slot: the watch thread's allocations between calls make that happen under load
+    # (seen in two fresh-clone CI runs)
     assert result["recorded"] >= 3
     completed = 3
     assert result["states"] == [completed] * 3 + [result["scheduled"]] * 5
