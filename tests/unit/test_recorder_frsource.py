@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
+from fr_otel.dumps.parse import raw_entries
 from fr_otel.recorder.frsource import FrMirror
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, read_ring, torch_ring_base
 from fr_otel.recorder.slot import COMPLETED, STARTED
@@ -54,9 +56,10 @@ class Torch:
         )
         return seq
 
-    def read(self) -> dict[str, list[dict[str, Any]]]:
+    def read(self) -> dict[str, pa.StructArray]:
+        """The entries as ``torch_fr_entries`` hands them: columns."""
         self.reads += 1
-        return {"_dump_fr_trace_json": [dict(e) for e in self.entries]}
+        return {"_dump_fr_trace": raw_entries([dict(e) for e in self.entries])}
 
 
 def _setup(tmp_path: Path, *, complete: bool = False) -> tuple[RingWriter, Torch, FrMirror]:

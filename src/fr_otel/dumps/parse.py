@@ -570,7 +570,7 @@ def _repeated_lists(lists: list[list[int] | None], index: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, values)
 
 
-def _encoded(array: pa.Array) -> tuple[list[Any], pa.Array]:
+def encoded(array: pa.Array) -> tuple[list[Any], pa.Array]:
     """Distinct values (as Python objects) and each row's index into them."""
     encoded = pc.dictionary_encode(array)
     return encoded.dictionary.to_pylist(), encoded.indices
@@ -687,7 +687,7 @@ def _build(
     shortest = pc.min(lengths).as_py() if n else 2
     if shortest is None or shortest < 1:
         raise ValueError("an entry has an empty process_group")
-    name_values, name_index = _encoded(pc.list_element(group_field, pa.scalar(0, pa.int32())))
+    name_values, name_index = encoded(pc.list_element(group_field, pa.scalar(0, pa.int32())))
     if shortest >= 2:
         desc_column = pc.list_element(group_field, pa.scalar(1, pa.int32()))
     else:  # a (name,) group from a tool that left the description out
@@ -695,7 +695,7 @@ def _build(
             [g[1] if len(g) > 1 else None for g in group_field.to_pylist()], type=pa.string()
         )
 
-    profiling_values, profiling_index = _encoded(raw.field("profiling_name"))
+    profiling_values, profiling_index = encoded(raw.field("profiling_name"))
     split = [split_profiling_name(str(name)) for name in profiling_values]
     backends = {backend for backend, _, _ in split if backend}
 
@@ -725,13 +725,13 @@ def _build(
     # a row's peer depends only on its (group, profiling name): computed once per pair
     names = len(profiling_values)
     pair_index = pc.add(pc.multiply(name_index.cast(pa.int64()), names), profiling_index)
-    pairs, pair_rows = _encoded(pair_index)
+    pairs, pair_rows = encoded(pair_index)
     pair_peers = [global_peer(group_ranks[pair // names], split[pair % names][2]) for pair in pairs]
     peers = pa.array(pair_peers, type=pa.int64()).take(pair_rows)
 
     status = dump.get("pg_status")
     status = status if isinstance(status, dict) else {}
-    pg_id_values, pg_id_index = _encoded(raw.field("pg_id"))
+    pg_id_values, pg_id_index = encoded(raw.field("pg_id"))
 
     def status_column(key: str) -> pa.Array:
         per_id = []

@@ -113,10 +113,12 @@ def fr_columns(data: bytes) -> pa.StructArray:
     from fr_otel.dumps.parse import raw_entries
     from fr_otel.dumps.safe_pickle import loads_plain
 
-    decoded = decode_columns(data) if data else None
+    if not data:
+        return raw_entries([])
+    decoded = decode_columns(data)
     if decoded is not None:
         return decoded[1].raw
-    entries = loads_plain(data).get("entries", []) if data else []
+    entries = loads_plain(data).get("entries", [])
     return raw_entries(entries if isinstance(entries, list) else [])
 
 
@@ -184,10 +186,10 @@ def _signature_keys(entries: pa.StructArray) -> pa.DictionaryArray:
 
 def _encoded(array: pa.Array) -> tuple[list[int | None], list[Any]]:
     """Per row an index into the distinct values (None for a null), and those values."""
-    import pyarrow.compute as pc
+    from fr_otel.dumps.parse import encoded
 
-    encoded = pc.dictionary_encode(array)
-    return encoded.indices.to_pylist(), encoded.dictionary.to_pylist()
+    values, indices = encoded(array)
+    return indices.to_pylist(), values
 
 
 def _first_items(lists: pa.ListArray) -> pa.Array:
@@ -215,8 +217,8 @@ def _in_record_order(entries: pa.StructArray) -> tuple[pa.StructArray, list[int]
     return entries, records
 
 
-def _group_name(group: Any) -> str:
-    return str(group[0]) if isinstance(group, list | tuple) and group else str(group)
+def _is_gloo(profiling_name: str | None) -> bool:
+    return str(profiling_name or "").startswith("gloo:")
 
 
 def _fr_state(state: str | None, retired: bool | None, gloo: bool) -> int:
@@ -438,14 +440,10 @@ class FrMirror:
         self._overdue_seen.add(overdue)
         return "timeout"
 
-    def _take(self, source: str, entries: pa.StructArray | list[dict[str, Any]]) -> None:
+    def _take(self, source: str, entries: pa.StructArray) -> None:
         """Mirror the entries newer than the last read, and finish the ops that were
         still running then. Torch's buffer is in record order: the new ones are a tail,
         and only that tail is turned into Python values, column by column."""
-        if isinstance(entries, list):  # a reader that hands entries as dicts (tests)
-            from fr_otel.dumps.parse import raw_entries
-
-            entries = raw_entries(entries)
         entries, records = _in_record_order(entries)
         last = self._last_fr_record.get(source, -1)
         if records and last >= 0 and records[0] > last + 1:
@@ -471,7 +469,7 @@ class FrMirror:
             if at == len(records) or records[at] != key[1]:
                 continue  # torch overwrote it: it stays as it was
             entry = entries[at].as_py()
-            gloo = str(entry.get("profiling_name") or "").startswith("gloo:")
+            gloo = _is_gloo(entry.get("profiling_name"))
             if _fr_state(entry.get("state"), entry.get("retired"), gloo) == COMPLETED:
                 completed = int(entry.get("time_discovered_completed_ns") or 0)
                 self.ring.finish(self._pending[key].record, COMPLETED, completed or None)
@@ -488,7 +486,7 @@ class FrMirror:
         state_at, state_names = _encoded(column("state"))
         name_at, profiling_names = _encoded(column("profiling_name"))
         signature_at, _ = _encoded(_signature_keys(entries))
-        gloo = [str(n or "").startswith("gloo:") for n in profiling_names]
+        gloo = [_is_gloo(n) for n in profiling_names]
         signatures: dict[int | None, int] = {}  # distinct key -> the ring's signature
         groups: dict[int | None, int | None] = {}  # distinct group -> the ring's group
         rows: list[tuple[int, ...]] = []
@@ -520,8 +518,10 @@ class FrMirror:
             seq, p2p_seq = seq or 0, p2p_seq or 0
             if (bool(is_p2p), p2p_seq if is_p2p else seq) in self._hooked.get(name, ()):
                 continue
+            entry: dict[str, Any] | None = None  # the row as a dict, made once if needed
             if group_key not in groups:
-                groups[group_key] = self._group(name, entries[i].as_py())
+                entry = entries[i].as_py()
+                groups[group_key] = self._group(name, entry)
             group = groups[group_key]
             if group is None:
                 continue
@@ -537,17 +537,18 @@ class FrMirror:
             signature_key = signature_at[i]  # never null: every part is filled
             signature = signatures.get(signature_key)
             if signature is None:
-                signature = signatures[signature_key] = self._signature(entries[i].as_py())
+                entry = entry or entries[i].as_py()
+                signature = signatures[signature_key] = self._signature(entry)
             row = (group, seq, p2p_seq, signature, -1, -1, created, done, state)
             if state != COMPLETED:
-                running.append((len(rows), records[i], self._pending_of(entries[i].as_py(), row)))
+                entry = entry or entries[i].as_py()
+                running.append((len(rows), records[i], self._pending_of(name, entry, row)))
             rows.append(row)
         return rows, running
 
-    def _pending_of(self, entry: dict[str, Any], row: tuple[int, ...]) -> _Pending:
+    def _pending_of(self, name: str, entry: dict[str, Any], row: tuple[int, ...]) -> _Pending:
         timeout = detection_timeout_ns(
-            int(entry.get("timeout_ms") or 0) * 1_000_000
-            or self._group_timeout.get(_group_name(entry.get("process_group")), 0),
+            int(entry.get("timeout_ms") or 0) * 1_000_000 or self._group_timeout.get(name, 0),
             self._timeout_s,
         )
         return _Pending(-1, row[6], timeout)
