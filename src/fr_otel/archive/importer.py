@@ -858,10 +858,7 @@ def read_spans_file(path: Path) -> SpansRead:
     line cut short, as a file still being written or copied half-way has it: the
     complete lines before it are still read).
     """
-    from google.protobuf import json_format
-
-    from fr_otel.otel.jsonfile import from_otlp_json
-    from fr_otel.otel.otlp_import import ExpandingSpansError, import_traces
+    from fr_otel.otel.otlp_import import ExpandingSpansError, SpanRows
 
     try:
         handle = path.open("rb")
@@ -872,13 +869,11 @@ def read_spans_file(path: Path) -> SpansRead:
             table=None,
             problem=DumpError(path, "missing", f"cannot be read: {exc.strerror or exc}"),
         )
-    messages = []
     complete = 0
-    read_bytes = 0
     cut_at: int | None = None
     with handle:
+        rows = SpanRows(max_members=_span_members_bound(os.fstat(handle.fileno()).st_size))
         for number, line in enumerate(handle, start=1):
-            read_bytes += len(line)
             if not line.strip():
                 continue
             try:
@@ -905,8 +900,10 @@ def read_spans_file(path: Path) -> SpansRead:
                     ),
                 )
             try:
-                messages.append(from_otlp_json(data))
-            except (json_format.ParseError, ValueError, TypeError) as exc:
+                rows.add_json(data)
+            except ExpandingSpansError as exc:
+                return SpansRead(table=None, problem=DumpError(path, "hostile", str(exc)))
+            except (ValueError, TypeError) as exc:  # not OTLP JSON, or not fr_otel's JSON text
                 return SpansRead(
                     table=None,
                     problem=DumpError(path, "corrupt", f"line {number} is not OTLP JSON: {exc}"),
@@ -914,14 +911,7 @@ def read_spans_file(path: Path) -> SpansRead:
             complete += 1
     if complete == 0 and cut_at is None:
         return SpansRead(table=None, problem=DumpError(path, "empty", "the file has no line"))
-    try:
-        imported = import_traces(messages, max_members=_span_members_bound(read_bytes))
-    except ExpandingSpansError as exc:
-        return SpansRead(table=None, problem=DumpError(path, "hostile", str(exc)))
-    except (ValueError, TypeError) as exc:  # an attribute fr_otel writes as JSON text
-        return SpansRead(
-            table=None, problem=DumpError(path, "corrupt", f"a span cannot be read: {exc}")
-        )
+    imported = rows.result()
     table = imported.table
     if cut_at is not None:
         read = (

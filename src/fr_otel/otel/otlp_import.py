@@ -47,10 +47,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
+from opentelemetry.proto.trace.v1.trace_pb2 import Status, TracesData
 
 from fr_otel.otel import model
-from fr_otel.otel.jsonfile import read_otlp_json
+from fr_otel.otel.jsonfile import json_attributes, json_int, read_otlp_json
 from fr_otel.otel.plan import SPAN_PLAN
 from fr_otel.schema import COLUMNS, RECORD_SCHEMA, is_p2p_entry
 
@@ -107,8 +107,18 @@ def _attributes(items: Iterable[KeyValue]) -> dict[str, Any]:
     return {kv.key: _python(kv.value) for kv in items}
 
 
-def _row(span: Span, resource: dict[str, Any], members: _Members) -> dict[str, Any] | None:
-    attrs = _attributes(span.attributes)
+def _row(
+    *,
+    name: str,
+    start: int | None,
+    end: int | None,
+    error: bool,
+    attrs: dict[str, Any],
+    resource: dict[str, Any],
+    members: _Members,
+) -> dict[str, Any] | None:
+    """The row of one span (its name, times, whether its status is an error, its
+    attributes and its resource's), or None for a span that is not fr_otel's."""
     rank, record_id = attrs.get(model.RANK), attrs.get(model.RECORD_ID)
     if not isinstance(rank, int) or not isinstance(record_id, int):
         return None
@@ -120,15 +130,15 @@ def _row(span: Span, resource: dict[str, Any], members: _Members) -> dict[str, A
     if model.PG_RANK_RANGES in attrs and row["pg_ranks"] is not None:
         members.spend(len(row["pg_ranks"]))
     coll, p2p = row["collective_seq_id"], row["p2p_seq_id"]
-    op = row["op"] or span.name
+    op = row["op"] or name
     if p2p is not None or coll is not None:
         is_p2p = p2p is not None and coll is None
     else:  # neither sequence number: the encoder's own fallback rule
         is_p2p = is_p2p_entry(is_p2p=None, op=op)
     state = row["state"]
-    start = span.start_time_unix_nano or None
-    end = span.end_time_unix_nano or None
-    done = span.status.code != Status.STATUS_CODE_ERROR
+    start = start or None
+    end = end or None
+    done = not error
     error_type = attrs.get(model.ERROR_TYPE)
     # The encoder counts work as done when completed, or (gloo) retired; pending work that
     # was retired is a timeout. So: done but not completed -> retired; "not_completed" ->
@@ -163,22 +173,111 @@ def import_traces(
 
     ``max_members``: how many ranks the rows' member runs may name in all, for spans read
     from a file (``ExpandingSpansError`` past it); ``None``: no bound."""
-    rows: list[dict[str, Any]] = []
-    skipped = 0
-    members = _Members(max_members)
+    rows = SpanRows(max_members=max_members)
     for message in traces:
+        rows.add_message(message)
+    return rows.result()
+
+
+class SpanRows:
+    """Canonical rows rebuilt from spans, a message at a time: protobuf messages
+    (``add_message``) or OTLP JSON objects (``add_json``), which give the same rows.
+    ``max_members``: as ``import_traces``'s."""
+
+    def __init__(self, *, max_members: int | None = None) -> None:
+        self._rows: list[dict[str, Any]] = []
+        self._members = _Members(max_members)
+        self.skipped = 0
+        """Spans that are not fr_otel's."""
+
+    def add_message(self, message: TracesData | ExportTraceServiceRequest) -> None:
         for resource_spans in message.resource_spans:
             resource = _attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
-                    row = _row(span, resource, members)
-                    if row is None:
-                        skipped += 1
-                    else:
-                        rows.append(row)
-    rows.sort(key=lambda r: (r["job"], r["incident"], r["rank"], r["record_id"]))
-    columns = {name: [r[name] for r in rows] for name in COLUMNS}
-    return OtlpImport(pa.Table.from_pydict(columns, schema=RECORD_SCHEMA), skipped)
+                    self._add(
+                        name=span.name,
+                        start=span.start_time_unix_nano,
+                        end=span.end_time_unix_nano,
+                        error=span.status.code == Status.STATUS_CODE_ERROR,
+                        attrs=_attributes(span.attributes),
+                        resource=resource,
+                    )
+
+    def add_json(self, data: dict[str, Any]) -> None:
+        """One OTLP JSON ``TracesData`` (a line of an OTLP JSON lines file, as
+        ``json.loads`` gives it), read as it is: building protobuf messages from it first
+        (``jsonfile.from_otlp_json``) was two thirds of a span import's time. Raises
+        ``ValueError`` where protobuf's parser would refuse the object."""
+        for resource_spans in _json_list(data, "resourceSpans", "resource_spans"):
+            resource = _json_object(resource_spans, "resource", "resource")
+            attributes = json_attributes(_json_field(resource, "attributes", "attributes"))
+            for scope_spans in _json_list(resource_spans, "scopeSpans", "scope_spans"):
+                for span in _json_list(scope_spans, "spans", "spans"):
+                    name = _json_field(span, "name", "name") or ""
+                    if not isinstance(name, str):
+                        raise ValueError(f"a span's name is {type(name).__name__}")
+                    status = _json_object(span, "status", "status")
+                    code = _json_field(status, "code", "code")
+                    self._add(
+                        name=name,
+                        start=_json_time(span, "startTimeUnixNano", "start_time_unix_nano"),
+                        end=_json_time(span, "endTimeUnixNano", "end_time_unix_nano"),
+                        error=code in _JSON_ERROR_CODES,
+                        attrs=json_attributes(_json_field(span, "attributes", "attributes")),
+                        resource=attributes,
+                    )
+
+    def _add(self, **span: Any) -> None:
+        row = _row(**span, members=self._members)
+        if row is None:
+            self.skipped += 1
+        else:
+            self._rows.append(row)
+
+    def result(self) -> OtlpImport:
+        """The rows so far, ordered by job, incident, rank and record_id."""
+        rows = sorted(
+            self._rows, key=lambda r: (r["job"], r["incident"], r["rank"], r["record_id"])
+        )
+        columns = {name: [r[name] for r in rows] for name in COLUMNS}
+        return OtlpImport(pa.Table.from_pydict(columns, schema=RECORD_SCHEMA), self.skipped)
+
+
+_JSON_ERROR_CODES = (Status.STATUS_CODE_ERROR, "STATUS_CODE_ERROR")
+"""``status.code`` of an error span in OTLP JSON: the number, or the enum's name."""
+
+
+def _json_field(data: Any, name: str, proto_name: str) -> Any:
+    """Field ``name`` of a JSON object (or its proto name: protobuf's parser takes both);
+    ``None`` when absent or null."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{type(data).__name__} where an object was expected")
+    value = data.get(name)
+    return data.get(proto_name) if value is None else value
+
+
+def _json_object(data: Any, name: str, proto_name: str) -> dict[str, Any]:
+    value = _json_field(data, name, proto_name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} is {type(value).__name__}, not an object")
+    return value
+
+
+def _json_list(data: Any, name: str, proto_name: str) -> list[Any]:
+    value = _json_field(data, name, proto_name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{name} is {type(value).__name__}, not a list")
+    return value
+
+
+def _json_time(span: Any, name: str, proto_name: str) -> int:
+    value = _json_field(span, name, proto_name)
+    return 0 if value is None else json_int(value, unsigned=True)
 
 
 def spans_to_table(traces: Iterable[TracesData | ExportTraceServiceRequest]) -> pa.Table:
