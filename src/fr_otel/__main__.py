@@ -1,5 +1,3 @@
-import sys
+from fr_otel.cli import entry
 
-from fr_otel.cli import main
-
-sys.exit(main())
+entry()

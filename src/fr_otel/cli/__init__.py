@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import NoReturn
 
 import click
 
 from fr_otel import __version__
 from fr_otel.cli._errors import run_translating_errors, state
+from fr_otel.cli._exit import end
 from fr_otel.cli.analyze_cmd import analyze_
 from fr_otel.cli.demo_cmd import demo
 from fr_otel.cli.export_cmd import export
@@ -57,8 +59,14 @@ cli.add_command(snapshot)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point."""
+    """Run the command line ``argv`` (default: the process's); return its exit code."""
     return run_translating_errors(cli, argv)
 
 
-__all__ = ["cli", "main"]
+def entry() -> NoReturn:
+    """The ``fr-otel`` console script (and ``python -m fr_otel``): ``main``, then the
+    process ends (``_exit.end``)."""
+    end(main())
+
+
+__all__ = ["cli", "entry", "main"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 import click
 
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
+from fr_otel.cli._exit import may_end_quickly
 from fr_otel.cli._options import format_option
 from fr_otel.errors import ArchiveError
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
@@ -168,6 +169,7 @@ def analyze_(
     blamed). Exit code 0: no problems found; 1: findings; 2: unusable input (or several
     incidents and none chosen); 3: internal error.
     """
+    may_end_quickly()  # nothing runs on once the verdict is written
     with contextlib.ExitStack() as stack:
         rings = _rings_as_archive(path, job, incident, stack)
         if rings is False:
