@@ -26,8 +26,9 @@ def write_rows(table: pa.Table, archive: Path) -> list[Path]:
     table = table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
     written: list[Path] = []
     staged: list[tuple[Path, Path]] = []
+    files = _rank_files(table)
     try:
-        for (job, incident, rank), rows in _rank_files(table):
+        for (job, incident, rank), rows in files:
             final = rank_file(archive, job, incident, rank)
             staged.append((write_staged(rows, final), final))
         for temporary, final in staged:
@@ -37,7 +38,7 @@ def write_rows(table: pa.Table, archive: Path) -> list[Path]:
         for temporary, final in staged:
             if final not in written:
                 discard_staged(temporary)
-    incidents = {(p.parent.parent.name[4:], p.parent.name[9:]) for p in written}
+    incidents = {(job, incident) for (job, incident, _), _ in files}
     groups = _groups(table)
     for job, incident in incidents:
         refresh_manifest(archive, job, incident, groups.get((job, incident), {}).values())

@@ -38,6 +38,8 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 class _State:
     verbose = 0
     """``-v`` count, set by the command group before the command runs."""
+    end_quickly = False
+    """The command leaves nothing to finish but its exit code (``_exit``)."""
 
 
 state = _State()

@@ -17,23 +17,18 @@ import sys
 import threading
 from typing import NoReturn
 
-
-class _Plan:
-    quick = False
-
-
-_plan = _Plan()
+from fr_otel.cli._errors import state
 
 
 def may_end_quickly() -> None:
     """The running command leaves nothing to finish but its exit code."""
-    _plan.quick = True
+    state.end_quickly = True
 
 
 def end(code: int) -> NoReturn:
     """End the process with ``code``: quickly when the command allowed it and no other
     thread is still running (one would be cut short), else as usual."""
-    if not _plan.quick or threading.active_count() > 1:
+    if not state.end_quickly or threading.active_count() > 1:
         sys.exit(code)
     atexit._run_exitfuncs()  # logging's flush, temporary folders, child processes
     for stream in (sys.stdout, sys.stderr):

@@ -130,25 +130,43 @@ def _bytes(value: Any) -> bytes:
 
 
 def _array(value: Any) -> list[Any]:
-    values = _values(value)
+    values = json_list(value, "values")
     if None in values:
         raise ValueError("null in a list of values")
     return [json_value(item) for item in values]
 
 
 def _kvlist(value: Any) -> dict[str, Any]:
-    return json_attributes(_values(value))
+    return json_attributes(json_list(value, "values"))
 
 
-def _values(value: Any) -> list[Any]:
+def json_field(data: Any, name: str, proto_name: str | None = None) -> Any:
+    """Field ``name`` of a JSON object (or ``proto_name``, its proto spelling: protobuf's
+    parser takes both); ``None`` when absent or null."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{_json_type(data)} is not an object")
+    value = data.get(name)
+    return data.get(proto_name) if value is None and proto_name is not None else value
+
+
+def json_object(data: Any, name: str, proto_name: str | None = None) -> dict[str, Any]:
+    """Object field ``name`` of a JSON object (see ``json_field``); ``{}`` when absent."""
+    value = json_field(data, name, proto_name)
+    if value is None:
+        return {}
     if not isinstance(value, dict):
-        raise ValueError(f"{_json_type(value)} is not an object")
-    values = value.get("values")
-    if values is None:
+        raise ValueError(f"{name} is {_json_type(value)}, not an object")
+    return value
+
+
+def json_list(data: Any, name: str, proto_name: str | None = None) -> list[Any]:
+    """List field ``name`` of a JSON object (see ``json_field``); ``[]`` when absent."""
+    value = json_field(data, name, proto_name)
+    if value is None:
         return []
-    if not isinstance(values, list):
-        raise ValueError(f"values are {_json_type(values)}, not a list")
-    return values
+    if not isinstance(value, list):
+        raise ValueError(f"{name} is {_json_type(value)}, not a list")
+    return value
 
 
 def _json_type(value: Any) -> str:

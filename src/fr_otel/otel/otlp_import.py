@@ -50,7 +50,14 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status, TracesData
 
 from fr_otel.otel import model
-from fr_otel.otel.jsonfile import json_attributes, json_int, read_otlp_json
+from fr_otel.otel.jsonfile import (
+    json_attributes,
+    json_field,
+    json_int,
+    json_list,
+    json_object,
+    read_otlp_json,
+)
 from fr_otel.otel.plan import SPAN_PLAN
 from fr_otel.schema import COLUMNS, RECORD_SCHEMA, is_p2p_entry
 
@@ -209,22 +216,21 @@ class SpanRows:
         ``json.loads`` gives it), read as it is: building protobuf messages from it first
         (``jsonfile.from_otlp_json``) was two thirds of a span import's time. Raises
         ``ValueError`` where protobuf's parser would refuse the object."""
-        for resource_spans in _json_list(data, "resourceSpans", "resource_spans"):
-            resource = _json_object(resource_spans, "resource", "resource")
-            attributes = json_attributes(_json_field(resource, "attributes", "attributes"))
-            for scope_spans in _json_list(resource_spans, "scopeSpans", "scope_spans"):
-                for span in _json_list(scope_spans, "spans", "spans"):
-                    name = _json_field(span, "name", "name") or ""
+        for resource_spans in json_list(data, "resourceSpans", "resource_spans"):
+            resource = json_object(resource_spans, "resource")
+            attributes = json_attributes(json_field(resource, "attributes"))
+            for scope_spans in json_list(resource_spans, "scopeSpans", "scope_spans"):
+                for span in json_list(scope_spans, "spans"):
+                    name = json_field(span, "name") or ""
                     if not isinstance(name, str):
                         raise ValueError(f"a span's name is {type(name).__name__}")
-                    status = _json_object(span, "status", "status")
-                    code = _json_field(status, "code", "code")
+                    code = json_field(json_object(span, "status"), "code")
                     self._add(
                         name=name,
                         start=_json_time(span, "startTimeUnixNano", "start_time_unix_nano"),
                         end=_json_time(span, "endTimeUnixNano", "end_time_unix_nano"),
                         error=code in _JSON_ERROR_CODES,
-                        attrs=json_attributes(_json_field(span, "attributes", "attributes")),
+                        attrs=json_attributes(json_field(span, "attributes")),
                         resource=attributes,
                     )
 
@@ -248,35 +254,8 @@ _JSON_ERROR_CODES = (Status.STATUS_CODE_ERROR, "STATUS_CODE_ERROR")
 """``status.code`` of an error span in OTLP JSON: the number, or the enum's name."""
 
 
-def _json_field(data: Any, name: str, proto_name: str) -> Any:
-    """Field ``name`` of a JSON object (or its proto name: protobuf's parser takes both);
-    ``None`` when absent or null."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{type(data).__name__} where an object was expected")
-    value = data.get(name)
-    return data.get(proto_name) if value is None else value
-
-
-def _json_object(data: Any, name: str, proto_name: str) -> dict[str, Any]:
-    value = _json_field(data, name, proto_name)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} is {type(value).__name__}, not an object")
-    return value
-
-
-def _json_list(data: Any, name: str, proto_name: str) -> list[Any]:
-    value = _json_field(data, name, proto_name)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ValueError(f"{name} is {type(value).__name__}, not a list")
-    return value
-
-
 def _json_time(span: Any, name: str, proto_name: str) -> int:
-    value = _json_field(span, name, proto_name)
+    value = json_field(span, name, proto_name)
     return 0 if value is None else json_int(value, unsigned=True)
 
 
