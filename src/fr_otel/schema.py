@@ -56,7 +56,10 @@ _COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
         "pg_ranks",
         pa.list_(pa.int64()),
         True,
-        "Global ranks of the group in group-rank order; null when unknown.",
+        "Global ranks of the group in group-rank order; null when unknown. A rank file"
+        " writes the list of a group of over 1,024 members once, in its footer"
+        " (`fr_otel.members`), and leaves it null on the rows: fr_otel's readers (`fr-otel"
+        " sql`'s views, export, analyze) put it back.",
     ),
     (
         "pg_ranks_inferred",
@@ -165,12 +168,15 @@ _COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
 COLUMN_DOCS: dict[str, str] = {name: doc for name, _, _, doc in _COLUMNS}
 """Column name -> one-line documentation."""
 
+SCHEMA_VERSION_KEY = b"fr_otel.schema_version"
+"""The key of a rank file's key-value metadata that says which archive schema wrote it."""
+
 RECORD_SCHEMA: pa.Schema = pa.schema(
     [
         pa.field(name, dtype, nullable=nullable, metadata={"doc": doc})
         for name, dtype, nullable, doc in _COLUMNS
     ],
-    metadata={"fr_otel.schema_version": "1"},
+    metadata={SCHEMA_VERSION_KEY: b"1"},
 )
 """The canonical Arrow schema of one Flight Recorder entry."""
 

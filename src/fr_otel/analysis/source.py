@@ -24,7 +24,6 @@ from fr_otel.analysis.sqlfiles import prepare
 from fr_otel.archive import scratch
 from fr_otel.archive.checks import (
     SCHEMA_VERSION,
-    SCHEMA_VERSION_KEY,
     CheckedFiles,
     RankFile,
     check_files,
@@ -48,7 +47,7 @@ from fr_otel.archive.layout import partition_dir
 from fr_otel.archive.manifest import Manifest, read_manifest
 from fr_otel.config import analysis_memory
 from fr_otel.errors import ArchiveError, DumpError, IncidentChoiceError
-from fr_otel.schema import RECORD_SCHEMA
+from fr_otel.schema import RECORD_SCHEMA, SCHEMA_VERSION_KEY
 
 if TYPE_CHECKING:  # the importer itself is loaded only to import dumps
     from fr_otel.archive.importer import RankMembers
@@ -133,7 +132,8 @@ def register_archive(
     so their footers are not read again (at 8,192 ranks that took 5-8 s); they are when
     every page is being verified (``verifying_pages``). ``members``: each rank's groups'
     members, for files written without ``pg_ranks`` (``ImportReport.members``): ``src``
-    reads the column from them.
+    reads the column from them, as it reads the lists of the large groups whose members a
+    file keeps in its footer (``archive.footer_members``).
     """
     scratch_files = written is not None and any(scratch.is_scratch(f.path) for f in written)
     if written is not None and (scratch_files or not pages_verified()):
@@ -164,8 +164,9 @@ def register_archive(
             else archive / "job=*" / "incident=*" / "*.parquet"
         )
         files = _quote(glob.as_posix())
-    if members is not None:
-        _register_members(connection, members)
+    rank_groups = _rank_groups(checked.good, members)
+    if rank_groups:
+        _register_members(connection, rank_groups)
     else:  # an earlier registration's, in this connection
         connection.execute("DROP TABLE IF EXISTS src_rank_groups")
         connection.execute("DROP TABLE IF EXISTS src_memberships")
@@ -214,19 +215,46 @@ def _copy_table(connection: duckdb.DuckDBPyConnection, name: str, table: pa.Tabl
 
 _MEMBERS_OF_ROW = (
     "(SELECT m.ranks FROM src_rank_groups g JOIN src_memberships m ON m.key = g.key"
-    " WHERE g.incident = r.incident AND g.rank = r.rank AND g.pg_name = r.pg_name)"
+    " WHERE g.job = r.job AND g.incident = r.incident AND g.rank = r.rank"
+    " AND g.pg_name = r.pg_name)"
 )
 """A row's ``pg_ranks`` where its file has none: its rank's member list of its group."""
 
+_RankGroups = dict[tuple[str, str, int | None], dict[str, list[int] | None]]
+"""(job, incident, rank) -> group name -> members."""
 
-def _register_members(connection: duckdb.DuckDBPyConnection, members: RankMembers) -> None:
+
+def _rank_groups(files: list[RankFile], members: RankMembers | None) -> _RankGroups:
+    """Each rank's groups' members that its rows do not carry: from the import that wrote
+    files without ``pg_ranks`` (``members``), and from the footers of the files that keep
+    their large groups' lists there."""
+    found: _RankGroups = {}
+    if members is not None:
+        job_of = {(f.incident, f.rank): f.job for f in files}
+        for (incident, rank), groups in members.items():
+            job = job_of.get((incident, rank))
+            if job is not None:
+                found[(job, incident, rank)] = groups
+    for file in files:
+        if file.members:
+            found.setdefault((file.job, file.incident, file.rank), {}).update(file.footer_members())
+    return found
+
+
+def _register_members(connection: duckdb.DuckDBPyConnection, members: _RankGroups) -> None:
     """Tables ``src_memberships`` (key, ranks: each distinct member list once) and
-    ``src_rank_groups`` (incident, rank, pg_name, key), which ``_canonical`` reads."""
+    ``src_rank_groups`` (job, incident, rank, pg_name, key), which ``_canonical`` reads."""
     lists: list[list[int]] = []
     by_content: dict[tuple[int, ...], int] = {}
     by_identity: dict[int, int] = {}  # the import shares one list per membership
-    rows: dict[str, list[object]] = {"incident": [], "rank": [], "pg_name": [], "key": []}
-    for (incident, rank), groups in members.items():
+    rows: dict[str, list[object]] = {
+        "job": [],
+        "incident": [],
+        "rank": [],
+        "pg_name": [],
+        "key": [],
+    }
+    for (job, incident, rank), groups in members.items():
         for name, ranks in groups.items():
             if ranks is None:
                 continue  # no row: the subquery's NULL
@@ -235,7 +263,7 @@ def _register_members(connection: duckdb.DuckDBPyConnection, members: RankMember
                 key = by_identity[id(ranks)] = by_content.setdefault(tuple(ranks), len(lists))
                 if key == len(lists):
                     lists.append(ranks)
-            for column, value in zip(rows, (incident, rank, name, key), strict=True):
+            for column, value in zip(rows, (job, incident, rank, name, key), strict=True):
                 rows[column].append(value)
     memberships = pa.table(
         {
@@ -245,6 +273,7 @@ def _register_members(connection: duckdb.DuckDBPyConnection, members: RankMember
     )
     rank_groups = pa.table(
         {
+            "job": pa.array(rows["job"], pa.string()),
             "incident": pa.array(rows["incident"], pa.string()),
             "rank": pa.array(rows["rank"], pa.int64()),
             "pg_name": pa.array(rows["pg_name"], pa.string()),
@@ -259,19 +288,25 @@ def _canonical(connection: duckdb.DuckDBPyConnection, relation: str) -> str:
     """SELECT of ``relation``'s rows in the current schema (what it lacks as NULL, but
     ``pg_ranks`` from ``src_rank_groups`` when there is one: ``_register_members``)."""
     present = {row[0] for row in connection.execute(f"DESCRIBE {relation}").fetchall()}
-    members = "pg_ranks" not in present and bool(
+    members = bool(
         connection.execute(
             "SELECT 1 FROM duckdb_tables() WHERE table_name = 'src_rank_groups' AND NOT temporary"
         ).fetchall()
     )
-    columns = [
-        name
-        if name in present
-        else f"{_MEMBERS_OF_ROW} AS {name}"
-        if name == "pg_ranks" and members
-        else f"CAST(NULL AS {_sql_type(RECORD_SCHEMA.field(name).type)}) AS {name}"
-        for name in RECORD_SCHEMA.names
-    ]
+
+    def column(name: str) -> str:
+        if name == "pg_ranks" and members:
+            own = "r.pg_ranks" if name in present else None
+            return (
+                f"coalesce({own}, {_MEMBERS_OF_ROW}) AS {name}"
+                if own
+                else (f"{_MEMBERS_OF_ROW} AS {name}")
+            )
+        if name in present:
+            return name
+        return f"CAST(NULL AS {_sql_type(RECORD_SCHEMA.field(name).type)}) AS {name}"
+
+    columns = [column(name) for name in RECORD_SCHEMA.names]
     return f"SELECT {', '.join(columns)} FROM {relation} AS r"
 
 

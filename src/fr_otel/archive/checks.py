@@ -18,16 +18,19 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from fr_otel.archive import footer_members
 from fr_otel.archive.layout import partition_dir
 from fr_otel.errors import ArchiveError, DumpError
-from fr_otel.schema import RECORD_SCHEMA
+from fr_otel.schema import RECORD_SCHEMA, SCHEMA_VERSION_KEY
 
 if TYPE_CHECKING:
     from fr_otel.archive.incidents import Incident
 
-SCHEMA_VERSION_KEY = b"fr_otel.schema_version"
 SCHEMA_VERSION = (RECORD_SCHEMA.metadata or {}).get(SCHEMA_VERSION_KEY, b"1").decode()
 """The archive schema version this fr_otel writes and reads."""
+READABLE_VERSIONS = frozenset({SCHEMA_VERSION, footer_members.FOOTER_SCHEMA_VERSION})
+"""Versions this fr_otel reads: its own, and files whose large groups' members are in the
+footer (``archive.footer_members``)."""
 
 _PARQUET_MAGIC = b"PAR1"
 _verify_pages: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -66,6 +69,12 @@ class RankFile:
     time_span: tuple[int, int] | None
     """(first, last) ``time_created_ns`` from the footer's statistics, when it has them."""
     columns: frozenset[str]
+    members: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """The members of the groups whose rows leave ``pg_ranks`` null in the file
+    (``archive.footer_members``), as (group name, members)."""
+
+    def footer_members(self) -> footer_members.Members:
+        return {name: list(ranks) for name, ranks in self.members}
 
 
 def partition_of(path: Path) -> tuple[str, str, int | None]:
@@ -117,14 +126,15 @@ def check_rank_file(path: Path, *, pages: bool = False) -> RankFile:
     except (OSError, pa.ArrowException) as exc:
         detail = " ".join(str(exc).split())  # one line
         raise DumpError(path, "corrupt", f"unreadable Parquet footer ({detail})") from None
-    version = (metadata.metadata or {}).get(SCHEMA_VERSION_KEY)
-    if version is not None and version.decode(errors="replace") != SCHEMA_VERSION:
+    key_values = metadata.metadata or {}
+    version = key_values.get(SCHEMA_VERSION_KEY)
+    if version is not None and version.decode(errors="replace") not in READABLE_VERSIONS:
         raise DumpError(
             path,
             "foreign",
             f"written for archive schema version {version.decode(errors='replace')}; this"
-            f" fr_otel reads version {SCHEMA_VERSION} (import the dumps again, or use the"
-            " fr_otel that wrote it)",
+            f" fr_otel reads versions {', '.join(sorted(READABLE_VERSIONS))} (import the"
+            " dumps again, or use the fr_otel that wrote it)",
         )
     # by path: ``schema.names`` are leaf names, "element" for every list
     parquet_schema = metadata.schema
@@ -133,6 +143,8 @@ def check_rank_file(path: Path, *, pages: bool = False) -> RankFile:
     )
     if version is None:
         _check_columns(path, metadata)
+    lifted = key_values.get(footer_members.MEMBERS_KEY)
+    members = footer_members.decode(lifted, path) if lifted is not None else {}
     if pages:
         read_pages(path)
     job, incident, rank = partition_of(path)
@@ -144,6 +156,7 @@ def check_rank_file(path: Path, *, pages: bool = False) -> RankFile:
         rows=metadata.num_rows,
         time_span=_time_span(metadata),
         columns=columns,
+        members=tuple((name, tuple(ranks)) for name, ranks in members.items()),
     )
 
 

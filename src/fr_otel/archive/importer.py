@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fr_otel import config
-from fr_otel.archive import scratch
+from fr_otel.archive import footer_members, scratch
 from fr_otel.archive.checks import RankFile, partition_of
 from fr_otel.archive.layout import (
     ImportLock,
@@ -242,20 +242,31 @@ class _Outcome:
     members: dict[str, list[int] | None] | None = None
     """Group name -> members as its file's rows have them once memberships were inferred,
     for a file written without ``pg_ranks`` (else: ``groups``)."""
+    lifted: footer_members.Members = field(default_factory=dict)
+    """The groups whose members the file keeps in its footer (``archive.footer_members``)."""
 
 
 def _load_and_stage(task: _Task) -> _Outcome:
+    to_scratch = scratch.is_scratch(task.final)
     try:
         parsed = load_dump_file(
             task.dump,
             job=task.job,
             incident=task.incident,
             members_column=task.members_in_file,
-            shared=scratch.is_scratch(task.final),
+            dictionary_members_above=None if to_scratch else footer_members.FOOTER_MIN_MEMBERS,
+            shared=to_scratch,
         )
     except DumpError as exc:
         return _Outcome(task=task, error=exc)
     table = parsed.table
+    lifted: footer_members.Members = {}
+    incomplete = needs_membership(parsed.groups)
+    if "pg_ranks" in table.column_names:
+        if incomplete:  # memberships are inferred into every row's list later
+            table = footer_members.with_lists(table)
+        else:
+            table, lifted = footer_members.as_written(table)
     try:
         staged = write_staged(table, task.final, task.owner)
     except ArchiveError as exc:
@@ -281,7 +292,8 @@ def _load_and_stage(task: _Task) -> _Outcome:
         span=parsed.record_id_span,
         source_format=parsed.source_format,
         groups=parsed.groups,
-        incomplete_membership=needs_membership(parsed.groups),
+        incomplete_membership=incomplete,
+        lifted=lifted,
         warnings=parsed.warnings,
         time_span=_time_span(table),
         fr_version=parsed.version,
@@ -1077,6 +1089,7 @@ def _finish(
                 columns=_WRITTEN_COLUMNS
                 if outcome.task.members_in_file
                 else _WRITTEN_COLUMNS - {"pg_ranks"},
+                members=tuple((name, tuple(ranks)) for name, ranks in outcome.lifted.items()),
             )
         )
         if not outcome.task.members_in_file and rank is not None:

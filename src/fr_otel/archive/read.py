@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from fr_otel.archive import footer_members
 from fr_otel.archive.checks import CheckedFiles, check_files, describe, rank_files, read_pages
 from fr_otel.archive.incidents import Incident
 from fr_otel.errors import DumpError
@@ -34,20 +35,26 @@ def read_incident(
 ) -> IncidentRows:
     """Every readable row of ``incident``, files in name order (rank order).
 
-    A file whose footer or pages cannot be read is left out and listed in ``problems``
-    (its rank reads as without a dump). Raises ``ArchiveError`` when no file can be read.
+    The members of large groups that a file keeps in its footer are put back on their
+    rows (``archive.footer_members``). A file whose footer or pages cannot be read is left
+    out and listed in ``problems`` (its rank reads as without a dump). Raises
+    ``ArchiveError`` when no file can be read.
     """
     checked = check_files(rank_files(archive, incident))
     wanted = list(columns) if columns is not None else RECORD_SCHEMA.names
     schema = pa.schema([RECORD_SCHEMA.field(name) for name in wanted])
     tables = []
     for file in list(checked.good):
+        lifted = file.footer_members() if file.members and "pg_ranks" in wanted else {}
+        read = columns
+        if lifted and columns is not None and "pg_name" not in columns:
+            read = [*columns, "pg_name"]  # which rows the footer's lists belong on
         try:
-            raw = read_pages(file.path, columns)
+            raw = read_pages(file.path, read)
         except DumpError as problem:
             checked.leave_out(file, problem)
             continue
-        tables.append(_canonical(raw, schema))
+        tables.append(_canonical(footer_members.fill(raw, lifted), schema))
     checked.require_some(describe(archive, incident))
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     return IncidentRows(incident=incident, table=table, checked=checked)

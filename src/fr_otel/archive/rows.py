@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fr_otel.archive import footer_members
 from fr_otel.archive.layout import commit_staged, discard_staged, rank_file, write_staged
 from fr_otel.archive.manifest import GroupMembers, refresh_manifest
 from fr_otel.schema import RECORD_SCHEMA
@@ -21,16 +22,18 @@ def write_rows(table: pa.Table, archive: Path) -> list[Path]:
 
     Like ``import_dumps``: each rank's file replaces the one an earlier write left, so
     writing the same rows twice does not duplicate them. A rank file keeps its rows in
-    the order ``table`` has them.
+    the order ``table`` has them. ``pg_ranks`` may be a dictionary column (the recorder's
+    rows: one list per group); the members of large groups are written in each file's
+    footer (``archive.footer_members``).
     """
-    table = table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
+    table = _canonical(table)
     written: list[Path] = []
     staged: list[tuple[Path, Path]] = []
     files = _rank_files(table)
     try:
         for (job, incident, rank), rows in files:
             final = rank_file(archive, job, incident, rank)
-            staged.append((write_staged(rows, final), final))
+            staged.append((write_staged(_with_footer(rows), final), final))
         for temporary, final in staged:
             commit_staged(temporary, final)
             written.append(final)
@@ -43,6 +46,22 @@ def write_rows(table: pa.Table, archive: Path) -> list[Path]:
     for job, incident in incidents:
         refresh_manifest(archive, job, incident, groups.get((job, incident), {}).values())
     return written
+
+
+def _canonical(table: pa.Table) -> pa.Table:
+    """``table`` in ``RECORD_SCHEMA``, but a dictionary ``pg_ranks`` left as it is (a cast
+    would copy its list into every row)."""
+    members = table.schema.field("pg_ranks")
+    if not pa.types.is_dictionary(members.type):
+        return table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
+    index = RECORD_SCHEMA.get_field_index("pg_ranks")
+    target = RECORD_SCHEMA.set(index, RECORD_SCHEMA.field(index).with_type(members.type))
+    return table.select(RECORD_SCHEMA.names).cast(target)
+
+
+def _with_footer(rows: pa.Table) -> pa.Table:
+    """One file's rows as written: large groups' members in the footer."""
+    return footer_members.as_written(rows)[0]
 
 
 def _rank_files(table: pa.Table) -> list[tuple[tuple[str, str, int], pa.Table]]:
@@ -82,7 +101,7 @@ def _groups(table: pa.Table) -> dict[tuple[str, str], dict[str, GroupMembers]]:
     row. Only those rows become Python values: every row's list would be rows x members
     Python integers (a rank of a 12,500-rank group flushing 2,000 entries: 25 million,
     2 s)."""
-    lengths = pc.list_value_length(table["pg_ranks"])
+    lengths = _member_counts(table["pg_ranks"])
     with_members = pc.indices_nonzero(pc.fill_null(pc.greater(lengths, 0), False))
     if len(with_members) == 0:
         return {}
@@ -99,3 +118,12 @@ def _groups(table: pa.Table) -> dict[tuple[str, str], dict[str, GroupMembers]]:
             inferred=False,
         )
     return groups
+
+
+def _member_counts(column: pa.ChunkedArray) -> pa.Array:
+    """Each row's number of members (null where it has no list), without decoding a
+    dictionary column's lists into every row."""
+    column = footer_members.one_array(column)
+    if pa.types.is_dictionary(column.type):
+        return pc.take(pc.list_value_length(column.dictionary), column.indices)
+    return pc.list_value_length(column)

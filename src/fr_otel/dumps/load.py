@@ -28,11 +28,18 @@ def _open(path: Path) -> BufferedReader:
 
 
 def load_dump_file(
-    dump: DumpFile, *, job: str, incident: str, members_column: bool = True, shared: bool = False
+    dump: DumpFile,
+    *,
+    job: str,
+    incident: str,
+    members_column: bool = True,
+    dictionary_members_above: int | None = None,
+    shared: bool = False,
 ) -> LoadedDump:
-    """Read, decode (safely) and convert one dump file (``members_column`` and
-    ``shared``: see ``dump_to_table``). A pickle goes to columns by the C decoder where it can
-    (``columnar``), else through the restricted unpickler."""
+    """Read, decode (safely) and convert one dump file (``members_column``,
+    ``dictionary_members_above`` and ``shared``: see ``dump_to_table``). A pickle goes to
+    columns by the C decoder where it can (``columnar``), else through the restricted
+    unpickler."""
     if dump.rank is None:
         raise DumpError(
             dump.path,
@@ -71,6 +78,7 @@ def load_dump_file(
         rank=dump.rank,
         dump_time_ns=mtime_ns,
         members_column=members_column,
+        dictionary_members_above=dictionary_members_above,
         shared=shared,
         source_bytes=stat.st_size,
     )

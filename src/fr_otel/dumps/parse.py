@@ -556,6 +556,18 @@ def _add_size_hints(
         group.size_hint = max(group.size_hint or 0, size)
 
 
+def _members(
+    lists: list[list[int] | None], index: pa.Array, dictionary_above: int | None
+) -> pa.Array:
+    """Each row's group members: a dictionary column when some group has more than
+    ``dictionary_above`` members, else the lists themselves."""
+    if dictionary_above is not None and any(
+        ranks is not None and len(ranks) > dictionary_above for ranks in lists
+    ):
+        return pa.DictionaryArray.from_arrays(index, pa.array(lists, type=pa.list_(pa.int64())))
+    return _repeated_lists(lists, index)
+
+
 def _repeated_lists(lists: list[list[int] | None], index: pa.Array) -> pa.Array:
     """``lists[index[i]]`` for every row, as a list<int64> column. A group's member list
     is on every row of its entries (at 8,192 ranks, 890,000 values a dump): concatenating
@@ -586,6 +598,7 @@ def dump_to_table(
     rank: int,
     dump_time_ns: int | None,
     members_column: bool = True,
+    dictionary_members_above: int | None = None,
     decoded: DecodedEntries | None = None,
     source_bytes: int | None = None,
     shared: bool = False,
@@ -597,6 +610,9 @@ def dump_to_table(
     it was read from (``EXPANSION_FACTOR``); without ``source_bytes``, nothing bounds them.
     ``members_column=False``: the table leaves out ``pg_ranks``, for a file written
     without it (``import_dumps(members_in_files=False)``); ``groups`` still has them.
+    ``dictionary_members_above``: where a group has more members than this, ``pg_ranks`` is
+    a dictionary column (each row an index into the groups' lists), not a copy of the list
+    in every row (``archive.footer_members`` writes such a list once).
     ``decoded``: the entries, already in columns; ``dump`` then holds the rest.
     ``shared``: the ``SHARED_COLUMNS`` as dictionaries (``shared_schema``).
     """
@@ -647,6 +663,7 @@ def dump_to_table(
             rank,
             dump_time_ns,
             members_column,
+            dictionary_members_above,
             shared,
         )
     except _Expands as exc:
@@ -677,6 +694,7 @@ def _build(
     rank: int,
     dump_time_ns: int | None,
     members_column: bool,
+    dictionary_members_above: int | None,
     shared: bool,
 ) -> ParsedDump:
     n = len(raw)
@@ -766,7 +784,9 @@ def _build(
         "pg_id": raw.field("pg_id"),
         "pg_name": _spread(pa.array(name_values, type=pa.string()), name_index, shared),
         "pg_desc": few(desc_column),
-        "pg_ranks": _repeated_lists(group_ranks, name_index) if members_column else None,
+        "pg_ranks": _members(group_ranks, name_index, dictionary_members_above)
+        if members_column
+        else None,
         "pg_ranks_inferred": constant(False, pa.bool_()),
         "record_id": record_ids,
         "collective_seq_id": raw.field("collective_seq_id"),
@@ -804,6 +824,9 @@ def _build(
         "comm_lib_version": constant(None if comm_lib is None else str(comm_lib), pa.string()),
     }
     schema = RECORD_SCHEMA if members_column else _WITHOUT_MEMBERS
+    if members_column and pa.types.is_dictionary(columns["pg_ranks"].type):
+        at = schema.get_field_index("pg_ranks")
+        schema = schema.set(at, schema.field(at).with_type(columns["pg_ranks"].type))
     if shared:
         schema = shared_schema(schema)
     table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)

@@ -77,8 +77,14 @@ def flush_ring(
     report = FlushReport(rank=contents.rank, incident=incident)
     table: pa.Table | None = None
     try:
+        # a large group's members once, not copied into each row: the archive keeps them
+        # in its files' footers and the spans as rank runs
         table = ring_table(
-            contents, job=settings.job, incident=incident, dump_time_ns=time.time_ns()
+            contents,
+            job=settings.job,
+            incident=incident,
+            dump_time_ns=time.time_ns(),
+            members_as_dictionary=True,
         )
         table = merge_gpu_state(table, raw_dump)
         report.entries = table.num_rows

@@ -61,6 +61,7 @@ def import_rings(
                 job=config.job_name(job) if job or not contents.job else contents.job,
                 incident=named,
                 dump_time_ns=time.time_ns(),
+                members_as_dictionary=True,  # write_rows keeps large groups' lists once
             )
             for contents in rings
         ]

@@ -154,7 +154,8 @@ def ring_table(
     ``members_as_dictionary``: where a group of the rows has over 1,024 members,
     ``pg_ranks`` as each row's index into its groups' member lists (a dictionary column),
     not a copy of the list in every row, which at 8,192 ranks was most of a continuous
-    pass's cost; for spans (``otel.wire`` reads it), not files.
+    pass's cost: for spans (``otel.wire`` reads it) and ``archive.rows.write_rows`` (which
+    writes such a list once, in the file's footer).
     """
     fields = _slot_fields(contents, first_record, completed_only) if contents.slots else []
     if not fields:

@@ -1,0 +1,199 @@
+"""The members of a rank file's large groups, written once in its footer, not on every row.
+
+``pg_ranks`` is a row's group members. A default group's list is on every one of its
+rows, so a rank's file held rows x members integers: a flush of 2,000 entries in a
+100,000-rank job was 200 million of them, 14 s and 3.3 GB to build and write while the
+incident was being handled, past the flush deadline. Groups of more than
+``FOOTER_MIN_MEMBERS`` members are therefore written as each rank file's key-value
+metadata (``MEMBERS_KEY``: a JSON object, group name -> its members as rank runs,
+``otel.rankranges``), and their rows' ``pg_ranks`` is null in the file. Readers of the
+archive (the ``src`` view, ``archive.read``) put the list back.
+
+Such a file is marked with ``FOOTER_SCHEMA_VERSION``: an fr_otel that does not know the
+footer refuses the file (``foreign``) instead of reading the lifted rows as rows of a group
+whose members are unknown.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fr_otel.errors import DumpError
+from fr_otel.otel.rankranges import from_ranges, to_ranges
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+MEMBERS_KEY = b"fr_otel.members"
+FOOTER_SCHEMA_VERSION = "2"
+"""The archive schema version of a file with ``MEMBERS_KEY`` (otherwise the same rows)."""
+FOOTER_MIN_MEMBERS = 1024
+"""Groups with more members than this leave their list to the footer. Below it a row's
+list costs little (delta-encoded, ~500x smaller than plain) and plain DuckDB readers of the
+archive see it on the row."""
+
+Members = dict[str, list[int]]
+"""Group name -> its members, in group-rank order."""
+
+
+def lift(rows: pa.Table) -> tuple[pa.Table, Members]:
+    """One rank file's rows with the lists of its large groups taken out of ``pg_ranks``,
+    and those lists. ``pg_ranks`` may be a dictionary column (the recorder's rows: one
+    list per group, however many rows); the result's is a plain list column. A group name
+    whose rows do not all carry the same large list keeps its lists on its rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = one_array(rows["pg_ranks"])
+    list_type = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if pa.types.is_dictionary(column.type):
+        codes, lists = column.indices, column.dictionary
+    else:
+        codes, lists = _codes_of_large(column)
+    large = pc.greater(pc.list_value_length(lists), FOOTER_MIN_MEMBERS)
+    row_large = pc.fill_null(pc.take(large, codes), False)
+    if not pc.any(row_large).as_py():
+        plain = column if lists is column else pc.take(lists, codes)
+        return _with_members(rows, plain.cast(list_type)), {}
+    # every code each name with a large list uses (a name must use exactly one to lift)
+    names = one_array(rows["pg_name"])
+    candidates = pc.unique(pc.filter(names, row_large))
+    pairs = (
+        pa.table({"name": names, "code": codes})
+        .filter(pc.is_in(names, value_set=candidates))
+        .group_by(["name", "code"])
+        .aggregate([])
+    )
+    per_name: dict[str, set[int | None]] = {}
+    for name, code in zip(pairs["name"].to_pylist(), pairs["code"].to_pylist(), strict=True):
+        per_name.setdefault(name, set()).add(code)
+    large_codes = set(pc.indices_nonzero(large).to_pylist())
+    lifted: Members = {}
+    lifted_codes: list[int] = []
+    for name, used in per_name.items():
+        code = next(iter(used))
+        if len(used) == 1 and code is not None and code in large_codes:
+            lifted[name] = lists[code].as_py()
+            lifted_codes.append(code)
+    if not lifted:
+        return _with_members(rows, pc.take(lists, codes).cast(list_type)), {}
+    kept = pc.if_else(
+        pc.is_in(codes, value_set=pa.array(lifted_codes, codes.type)),
+        pa.scalar(None, codes.type),
+        codes,
+    )
+    return _with_members(rows, pc.take(lists, kept).cast(list_type)), lifted
+
+
+def as_written(rows: pa.Table) -> tuple[pa.Table, Members]:
+    """One rank file's rows as they are written (``lift``), the footer's members in the
+    table's metadata, and those members."""
+    from fr_otel.schema import SCHEMA_VERSION_KEY
+
+    rows, members = lift(rows)
+    if not members:
+        return rows, members
+    metadata = {
+        **(rows.schema.metadata or {}),
+        SCHEMA_VERSION_KEY: FOOTER_SCHEMA_VERSION.encode(),
+        MEMBERS_KEY: encode(members),
+    }
+    return rows.replace_schema_metadata(metadata), members
+
+
+def with_lists(rows: pa.Table) -> pa.Table:
+    """``rows`` with a dictionary ``pg_ranks`` decoded: every row its own list."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = rows["pg_ranks"]
+    if not pa.types.is_dictionary(column.type):
+        return rows
+    column = one_array(column)
+    return _with_members(rows, pc.take(column.dictionary, column.indices))
+
+
+def _codes_of_large(column: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
+    """A plain list column as (per row an index, the lists): each large list that repeats
+    an earlier one of the same length shares its index (a group's rows carry one list),
+    every other row its own. Only rows with a large list are compared."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(column)
+    large = pc.indices_nonzero(pc.fill_null(pc.greater(lengths, FOOTER_MIN_MEMBERS), False))
+    codes = list(range(len(column)))
+    if len(large):
+        values = column.values
+        starts = pc.take(column.offsets, large).to_pylist()
+        seen: dict[int, list[tuple[int, pa.Array]]] = {}  # length -> distinct lists
+        for row, start, length in zip(
+            large.to_pylist(), starts, pc.take(lengths, large).to_pylist(), strict=True
+        ):
+            members = values.slice(start, length)
+            for other, other_members in seen.setdefault(length, []):
+                if members.equals(other_members):
+                    codes[row] = other
+                    break
+            else:
+                seen[length].append((row, members))
+    return pa.array(codes, pa.int64(), mask=column.is_null()), column
+
+
+def one_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array: its only chunk as it is (``combine_chunks`` copies even
+    that, 1.6 GB for a 100,000-member group's lists on 2,000 rows)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _with_members(rows: pa.Table, pg_ranks: pa.Array) -> pa.Table:
+    from fr_otel.schema import RECORD_SCHEMA
+
+    index = rows.schema.get_field_index("pg_ranks")
+    return rows.set_column(index, RECORD_SCHEMA.field("pg_ranks"), pg_ranks)
+
+
+def encode(members: Members) -> bytes:
+    return json.dumps({name: to_ranges(ranks) for name, ranks in members.items()}).encode()
+
+
+def decode(raw: bytes, path: Path) -> Members:
+    """A footer's members; ``DumpError`` (``corrupt``) naming the file when they are not
+    what ``encode`` writes."""
+    try:
+        value = json.loads(raw)
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise ValueError("not an object of group name -> rank runs")
+        return {name: from_ranges(text) for name, text in value.items()}
+    except ValueError as exc:  # json's errors are ValueErrors too
+        raise DumpError(
+            path, "corrupt", f"unreadable group members in its footer ({exc})"
+        ) from None
+
+
+def fill(rows: pa.Table, members: Members) -> pa.Table:
+    """``rows`` (of one file) with the lifted groups' lists back on their rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not members or "pg_ranks" not in rows.column_names or "pg_name" not in rows.column_names:
+        return rows
+    from fr_otel.schema import RECORD_SCHEMA
+
+    list_type = RECORD_SCHEMA.field("pg_ranks").type
+    names = list(members)
+    lists = pa.array([members[n] for n in names], list_type)
+    code = pc.index_in(rows["pg_name"], value_set=pa.array(names, pa.string()))
+    own = rows["pg_ranks"].cast(list_type)
+    lifted = pc.and_(pc.is_null(own), pc.is_valid(code))
+    if not pc.any(lifted).as_py():
+        return rows
+    # only the lifted rows' lists are built: take() of a null code is a null list
+    back = pc.take(lists, pc.if_else(lifted, code, pa.scalar(None, code.type)))
+    merged = pc.coalesce(own, back)
+    index = rows.schema.get_field_index("pg_ranks")
+    return rows.set_column(index, rows.schema.field(index).with_type(list_type), merged)

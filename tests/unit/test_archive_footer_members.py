@@ -1,0 +1,208 @@
+"""A large group's members written once in each rank file's footer, not on every row: what
+the archive's readers give back is the same rows, the same findings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fr_otel.analysis import analyze
+from fr_otel.analysis.source import open_source
+from fr_otel.archive import footer_members, import_dumps
+from fr_otel.archive.checks import check_rank_file
+from fr_otel.archive.incidents import Incident
+from fr_otel.archive.read import read_incident
+from fr_otel.archive.rows import write_rows
+from fr_otel.cli import main
+from fr_otel.errors import DumpError
+from fr_otel.recorder.ring import ring_base
+from fr_otel.sim import FleetSpec, simulate, write_fleet
+from tests.rings import write_ring
+from tests.rows import canonical_row, canonical_table
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A simulated 3-D job's dumps (tp, pp and dp groups, a desync)."""
+    folder = tmp_path_factory.mktemp("footer") / "dumps"
+    fleet = simulate(FleetSpec(world=8, entries=40, tp=2, fault="skipped_collective", seed=5))
+    write_fleet(fleet, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def incident_rows(dumps: Path) -> pa.Table:
+    """The job's rows, as an import gives them."""
+    archive = dumps.parent / "archive"
+    report = import_dumps([dumps], archive=archive, job="j", incident="i")
+    assert report.ok
+    return read_incident(archive, Incident(job="j", incident="i")).table
+
+
+def _written(rows: pa.Table, archive: Path, monkeypatch: pytest.MonkeyPatch, least: int) -> Path:
+    monkeypatch.setattr(footer_members, "FOOTER_MIN_MEMBERS", least)
+    write_rows(rows, archive)
+    monkeypatch.undo()
+    return archive
+
+
+def _src(archive: Path) -> list[tuple[object, ...]]:
+    with open_source(archive) as source:
+        return source.connection.execute("SELECT * FROM src ORDER BY rank, record_id").fetchall()
+
+
+def test_readers_give_back_every_row_as_a_file_with_lists_on_its_rows(
+    incident_rows: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every group of more than one member goes to the footer in one archive, none in the other
+    inline = _written(incident_rows, tmp_path / "inline", monkeypatch, 10**9)
+    footer = _written(incident_rows, tmp_path / "footer", monkeypatch, 1)
+
+    file = footer / "job=j" / "incident=i" / "rank-000003.parquet"
+    raw = pq.read_table(file)
+    assert raw.schema.metadata[b"fr_otel.schema_version"] == b"2"
+    lifted = json.loads(raw.schema.metadata[footer_members.MEMBERS_KEY])
+    assert len(lifted) >= 3, lifted  # rank 3's tp, pp, dp and default groups
+    assert raw["pg_ranks"].null_count == raw.num_rows
+    assert check_rank_file(file).footer_members() == {
+        name: footer_members.decode(json.dumps({name: runs}).encode(), file)[name]
+        for name, runs in lifted.items()
+    }
+    assert (
+        pq.read_table(inline / "job=j" / "incident=i" / "rank-000003.parquet")[
+            "pg_ranks"
+        ].null_count
+        == 0
+    )
+
+    assert _src(footer) == _src(inline)
+    one = Incident(job="j", incident="i")
+    assert read_incident(footer, one).table.equals(read_incident(inline, one).table)
+    only = read_incident(footer, one, columns=["rank", "pg_ranks"]).table
+    assert only.column_names == ["rank", "pg_ranks"]
+    assert only.equals(read_incident(inline, one, columns=["rank", "pg_ranks"]).table)
+
+    found = analyze(footer).to_dict()
+    assert found["findings"], "the fleet's skipped collective is found"
+    assert found["findings"] == analyze(inline).to_dict()["findings"]
+
+
+def test_an_import_of_dumps_keeps_large_groups_members_in_the_footers(
+    dumps: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inline = tmp_path / "inline"
+    assert import_dumps([dumps], archive=inline, job="j", incident="i", workers=1).ok
+    # every group of more than one member counts as large: each dump's rows are one
+    # dictionary column of its groups' lists, written once per file
+    monkeypatch.setattr(footer_members, "FOOTER_MIN_MEMBERS", 1)
+    footer = tmp_path / "footer"
+    report = import_dumps([dumps], archive=footer, job="j", incident="i", workers=1)
+    monkeypatch.undo()
+    assert report.ok and len(report.rank_files) == 8
+
+    for described in report.rank_files:
+        assert described.members, described.path  # every rank is in a tp, pp and dp group
+        assert pq.read_table(described.path)["pg_ranks"].null_count > 0
+        # the import's account of each file is its footer's
+        assert dataclasses.asdict(described) == dataclasses.asdict(check_rank_file(described.path))
+    assert _src(footer) == _src(inline)
+    found = analyze(footer).to_dict()
+    assert found["findings"] and found["findings"] == analyze(inline).to_dict()["findings"]
+
+
+def test_a_recorder_flush_of_a_100000_rank_group_writes_its_members_once(
+    tmp_path: Path,
+) -> None:
+    # a rank's ring of 2,000 entries in a 100,000-rank default group, as `fr-otel run`
+    # imports what a rank left: copied into each row it was 200 million integers
+    rings = tmp_path / "_rings"
+    write_ring(
+        ring_base(rings, "big", 7),
+        rank=7,
+        world=100_000,
+        job="big",
+        seqs=range(1, 2001),
+        capacity=2000,
+    )
+    archive = tmp_path / "archive"
+    assert main(["import", str(rings), "--archive", str(archive), "--incident", "crash"]) == 0
+
+    (file,) = (archive / "job=big" / "incident=crash").glob("*.parquet")
+    assert file.stat().st_size < 1_000_000
+    assert json.loads(pq.read_metadata(file).metadata[footer_members.MEMBERS_KEY]) == {
+        "0": "0-99999"
+    }
+    with open_source(archive) as source:
+        assert source.connection.execute("SELECT count(*) FROM src").fetchone() == (2000,)
+        # a few rows: each holds its 100,000-member list again once read
+        rows = source.connection.execute(
+            "SELECT collective_seq_id, len(pg_ranks), pg_ranks[1], pg_ranks[-1] FROM src"
+            " WHERE collective_seq_id IN (1, 2000) ORDER BY 1"
+        ).fetchall()
+    assert rows == [(1, 100_000, 0, 99_999), (2000, 100_000, 0, 99_999)]
+    manifest = json.loads((file.parent / "_incident.json").read_text())
+    assert [len(g["ranks"]) for g in manifest["groups"]] == [100_000]
+
+
+def test_a_name_whose_large_lists_differ_within_a_file_keeps_them_on_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # replicas that reuse a group name: one file never holds two of its lists in the footer
+    rows = [
+        canonical_row(rank=0, record_id=0, pg_name="r", pg_ranks=[0, 1, 2]),
+        canonical_row(rank=0, record_id=1, pg_name="r", pg_ranks=[0, 1, 2]),
+        canonical_row(rank=0, record_id=2, pg_name="r", pg_ranks=[4, 5, 6]),
+        canonical_row(rank=0, record_id=3, pg_name="w", pg_ranks=[0, 1, 2, 3]),
+        canonical_row(rank=0, record_id=4, pg_name="s", pg_ranks=[0, 1]),
+    ]
+    (file,) = _written(canonical_table(rows), tmp_path, monkeypatch, 2).glob("*/*/*.parquet")
+
+    assert check_rank_file(file).footer_members() == {"w": [0, 1, 2, 3]}
+    assert pq.read_table(file)["pg_ranks"].to_pylist() == [
+        [0, 1, 2],
+        [0, 1, 2],
+        [4, 5, 6],
+        None,
+        [0, 1],
+    ]
+    with open_source(tmp_path) as source:
+        back = source.connection.execute("SELECT pg_ranks FROM src ORDER BY record_id").fetchall()
+    assert [r for (r,) in back] == [[0, 1, 2], [0, 1, 2], [4, 5, 6], [0, 1, 2, 3], [0, 1]]
+
+
+def test_a_damaged_footer_list_names_the_file_and_leaves_it_out(tmp_path: Path) -> None:
+    rows = canonical_table([canonical_row(rank=r, record_id=0, pg_ranks=[0, 1]) for r in (0, 1)])
+    write_rows(rows, tmp_path)
+    bad = tmp_path / "job=job" / "incident=inc" / "rank-000001.parquet"
+    table = pq.read_table(bad)
+    pq.write_table(
+        table.replace_schema_metadata(
+            {**table.schema.metadata, footer_members.MEMBERS_KEY: b'{"0": "0-x"}'}
+        ),
+        bad,
+    )
+    with pytest.raises(DumpError) as raised:
+        check_rank_file(bad)
+    assert raised.value.path == str(bad) and raised.value.problem == "corrupt"
+    assert "group members in its footer" in str(raised.value) and "'0-x'" in str(raised.value)
+    with open_source(tmp_path) as source:
+        assert source.connection.execute("SELECT DISTINCT rank FROM src").fetchall() == [(0,)]
+        assert [p.path for p in source.import_problems] == [str(bad)]
+
+
+def test_a_file_of_a_later_schema_is_refused_as_foreign(tmp_path: Path) -> None:
+    write_rows(canonical_table([canonical_row(rank=0, record_id=0)]), tmp_path)
+    (file,) = tmp_path.glob("*/*/*.parquet")
+    table = pq.read_table(file)
+    pq.write_table(
+        table.replace_schema_metadata({**table.schema.metadata, b"fr_otel.schema_version": b"3"}),
+        file,
+    )
+    with pytest.raises(DumpError, match="version 3; this fr_otel reads versions 1, 2") as raised:
+        check_rank_file(file)
+    assert raised.value.problem == "foreign"
