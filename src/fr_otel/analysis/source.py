@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import hashlib
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from fr_otel.analysis.sqlfiles import prepare
-from fr_otel.archive import scratch
+from fr_otel.archive import footer_members, scratch
 from fr_otel.archive.checks import (
     SCHEMA_VERSION,
     CheckedFiles,
@@ -220,8 +220,8 @@ _MEMBERS_OF_ROW = (
 )
 """A row's ``pg_ranks`` where its file has none: its rank's member list of its group."""
 
-_RankGroups = dict[tuple[str, str, int | None], dict[str, list[int] | None]]
-"""(job, incident, rank) -> group name -> members."""
+_RankGroups = dict[tuple[str, str, int | None], dict[str, list[int] | str | None]]
+"""(job, incident, rank) -> group name -> members (a list, or a footer's rank runs)."""
 
 
 def _rank_groups(files: list[RankFile], members: RankMembers | None) -> _RankGroups:
@@ -234,19 +234,20 @@ def _rank_groups(files: list[RankFile], members: RankMembers | None) -> _RankGro
         for (incident, rank), groups in members.items():
             job = job_of.get((incident, rank))
             if job is not None:
-                found[(job, incident, rank)] = groups
+                found[(job, incident, rank)] = dict(groups)
     for file in files:
         if file.members:
-            found.setdefault((file.job, file.incident, file.rank), {}).update(file.footer_members())
+            found.setdefault((file.job, file.incident, file.rank), {}).update(file.members)
     return found
 
 
 def _register_members(connection: duckdb.DuckDBPyConnection, members: _RankGroups) -> None:
     """Tables ``src_memberships`` (key, ranks: each distinct member list once) and
     ``src_rank_groups`` (job, incident, rank, pg_name, key), which ``_canonical`` reads."""
-    lists: list[list[int]] = []
+    lists: list[Sequence[int]] = []
     by_content: dict[tuple[int, ...], int] = {}
     by_identity: dict[int, int] = {}  # the import shares one list per membership
+    by_runs: dict[str, int] = {}  # footers name a group alike in every file
     rows: dict[str, list[object]] = {
         "job": [],
         "incident": [],
@@ -258,11 +259,19 @@ def _register_members(connection: duckdb.DuckDBPyConnection, members: _RankGroup
         for name, ranks in groups.items():
             if ranks is None:
                 continue  # no row: the subquery's NULL
-            key = by_identity.get(id(ranks))
-            if key is None:
-                key = by_identity[id(ranks)] = by_content.setdefault(tuple(ranks), len(lists))
-                if key == len(lists):
-                    lists.append(ranks)
+            if isinstance(ranks, str):
+                key = by_runs.get(ranks)
+                if key is None:
+                    listed = footer_members.members_of(ranks)
+                    key = by_runs[ranks] = by_content.setdefault(listed, len(lists))
+                    if key == len(lists):
+                        lists.append(listed)
+            else:
+                key = by_identity.get(id(ranks))
+                if key is None:
+                    key = by_identity[id(ranks)] = by_content.setdefault(tuple(ranks), len(lists))
+                    if key == len(lists):
+                        lists.append(ranks)
             for column, value in zip(rows, (job, incident, rank, name, key), strict=True):
                 rows[column].append(value)
     memberships = pa.table(

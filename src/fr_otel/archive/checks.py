@@ -69,12 +69,12 @@ class RankFile:
     time_span: tuple[int, int] | None
     """(first, last) ``time_created_ns`` from the footer's statistics, when it has them."""
     columns: frozenset[str]
-    members: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    """The members of the groups whose rows leave ``pg_ranks`` null in the file
-    (``archive.footer_members``), as (group name, members)."""
+    members: tuple[tuple[str, str], ...] = ()
+    """The groups whose rows leave ``pg_ranks`` null in the file, their members in its
+    footer (``archive.footer_members``): (group name, members as rank runs)."""
 
-    def footer_members(self) -> footer_members.Members:
-        return {name: list(ranks) for name, ranks in self.members}
+    def footer_members(self) -> footer_members.Runs:
+        return dict(self.members)
 
 
 def partition_of(path: Path) -> tuple[str, str, int | None]:
@@ -156,7 +156,7 @@ def check_rank_file(path: Path, *, pages: bool = False) -> RankFile:
         rows=metadata.num_rows,
         time_span=_time_span(metadata),
         columns=columns,
-        members=tuple((name, tuple(ranks)) for name, ranks in members.items()),
+        members=tuple(members.items()),
     )
 
 

@@ -17,6 +17,7 @@ whose members are unknown.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,9 @@ archive see it on the row."""
 
 Members = dict[str, list[int]]
 """Group name -> its members, in group-rank order."""
+Runs = dict[str, str]
+"""Group name -> its members as rank runs (``otel.rankranges``: ``0-99999``), as the footer
+holds them."""
 
 
 def lift(rows: pa.Table) -> tuple[pa.Table, Members]:
@@ -87,20 +91,21 @@ def lift(rows: pa.Table) -> tuple[pa.Table, Members]:
     return _with_members(rows, pc.take(lists, kept).cast(list_type)), lifted
 
 
-def as_written(rows: pa.Table) -> tuple[pa.Table, Members]:
+def as_written(rows: pa.Table) -> tuple[pa.Table, Runs]:
     """One rank file's rows as they are written (``lift``), the footer's members in the
-    table's metadata, and those members."""
+    table's metadata, and those members as rank runs."""
     from fr_otel.schema import SCHEMA_VERSION_KEY
 
     rows, members = lift(rows)
     if not members:
-        return rows, members
+        return rows, {}
+    runs = {name: to_ranges(ranks) for name, ranks in members.items()}
     metadata = {
         **(rows.schema.metadata or {}),
         SCHEMA_VERSION_KEY: FOOTER_SCHEMA_VERSION.encode(),
-        MEMBERS_KEY: encode(members),
+        MEMBERS_KEY: json.dumps(runs).encode(),
     }
-    return rows.replace_schema_metadata(metadata), members
+    return rows.replace_schema_metadata(metadata), runs
 
 
 def with_lists(rows: pa.Table) -> pa.Table:
@@ -155,38 +160,44 @@ def _with_members(rows: pa.Table, pg_ranks: pa.Array) -> pa.Table:
     return rows.set_column(index, RECORD_SCHEMA.field("pg_ranks"), pg_ranks)
 
 
-def encode(members: Members) -> bytes:
-    return json.dumps({name: to_ranges(ranks) for name, ranks in members.items()}).encode()
-
-
-def decode(raw: bytes, path: Path) -> Members:
-    """A footer's members; ``DumpError`` (``corrupt``) naming the file when they are not
-    what ``encode`` writes."""
+def decode(raw: bytes, path: Path) -> Runs:
+    """A footer's members (group name -> rank runs), checked; ``DumpError`` (``corrupt``)
+    naming the file when they are not what ``as_written`` writes."""
     try:
         value = json.loads(raw)
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
             raise ValueError("not an object of group name -> rank runs")
-        return {name: from_ranges(text) for name, text in value.items()}
+        for text in value.values():
+            members_of(text)
+        return value
     except ValueError as exc:  # json's errors are ValueErrors too
         raise DumpError(
             path, "corrupt", f"unreadable group members in its footer ({exc})"
         ) from None
 
 
-def fill(rows: pa.Table, members: Members) -> pa.Table:
+@lru_cache(maxsize=1024)
+def members_of(runs: str) -> tuple[int, ...]:
+    """The members rank runs name (``ValueError`` when they are not runs). Each distinct
+    text is expanded once: every rank file of a job names the default group alike, and at
+    8,192 ranks a list per file was 67 million Python integers."""
+    return tuple(from_ranges(runs))
+
+
+def fill(rows: pa.Table, runs: Runs) -> pa.Table:
     """``rows`` (of one file) with the lifted groups' lists back on their rows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not members or "pg_ranks" not in rows.column_names or "pg_name" not in rows.column_names:
+    if not runs or "pg_ranks" not in rows.column_names or "pg_name" not in rows.column_names:
         return rows
     from fr_otel.schema import RECORD_SCHEMA
 
     list_type = RECORD_SCHEMA.field("pg_ranks").type
-    names = list(members)
-    lists = pa.array([members[n] for n in names], list_type)
+    names = list(runs)
+    lists = pa.array([members_of(runs[n]) for n in names], list_type)
     code = pc.index_in(rows["pg_name"], value_set=pa.array(names, pa.string()))
     own = rows["pg_ranks"].cast(list_type)
     lifted = pc.and_(pc.is_null(own), pc.is_valid(code))

@@ -242,7 +242,7 @@ class _Outcome:
     members: dict[str, list[int] | None] | None = None
     """Group name -> members as its file's rows have them once memberships were inferred,
     for a file written without ``pg_ranks`` (else: ``groups``)."""
-    lifted: footer_members.Members = field(default_factory=dict)
+    lifted: footer_members.Runs = field(default_factory=dict)
     """The groups whose members the file keeps in its footer (``archive.footer_members``)."""
 
 
@@ -260,7 +260,7 @@ def _load_and_stage(task: _Task) -> _Outcome:
     except DumpError as exc:
         return _Outcome(task=task, error=exc)
     table = parsed.table
-    lifted: footer_members.Members = {}
+    lifted: footer_members.Runs = {}
     incomplete = needs_membership(parsed.groups)
     if "pg_ranks" in table.column_names:
         if incomplete:  # memberships are inferred into every row's list later
@@ -1089,7 +1089,7 @@ def _finish(
                 columns=_WRITTEN_COLUMNS
                 if outcome.task.members_in_file
                 else _WRITTEN_COLUMNS - {"pg_ranks"},
-                members=tuple((name, tuple(ranks)) for name, ranks in outcome.lifted.items()),
+                members=tuple(outcome.lifted.items()),
             )
         )
         if not outcome.task.members_in_file and rank is not None:
