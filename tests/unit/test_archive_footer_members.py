@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,9 +20,15 @@ from fr_otel.archive.incidents import Incident
 from fr_otel.archive.read import read_incident
 from fr_otel.archive.rows import write_rows
 from fr_otel.cli import main
+from fr_otel.config import RecorderSettings, otlp_settings
 from fr_otel.errors import DumpError
-from fr_otel.recorder.ring import ring_base
+from fr_otel.otel import model
+from fr_otel.otel.transport import exporter_for
+from fr_otel.recorder.flush import flush_ring
+from fr_otel.recorder.ring import read_ring, ring_base
+from fr_otel.recorder.table import ring_table
 from fr_otel.sim import FleetSpec, simulate, write_fleet
+from tests.otlp_receiver import OtlpReceiver
 from tests.rings import write_ring
 from tests.rows import canonical_row, canonical_table
 
@@ -49,6 +56,14 @@ def _written(rows: pa.Table, archive: Path, monkeypatch: pytest.MonkeyPatch, lea
     write_rows(rows, archive)
     monkeypatch.undo()
     return archive
+
+
+def _full_ring(tmp_path: Path, *, world: int, rank: int) -> Path:
+    """The ring (its base path) of a rank of job ``big`` that issued 2,000 collectives in
+    its ``world``-rank default group, under ``tmp_path/_rings``."""
+    base = ring_base(tmp_path / "_rings", "big", rank)
+    write_ring(base, rank=rank, world=world, job="big", seqs=range(1, 2001), capacity=2000)
+    return base
 
 
 def _src(archive: Path) -> list[tuple[object, ...]]:
@@ -89,6 +104,42 @@ def test_readers_give_back_every_row_as_a_file_with_lists_on_its_rows(
     assert found["findings"] == analyze(inline).to_dict()["findings"]
 
 
+def test_a_rank_of_a_100000_rank_job_flushes_its_incident_within_the_deadline(
+    tmp_path: Path,
+) -> None:
+    # the recorder's own flush (archive and spans) of a full 2,000-entry ring: with the
+    # group's list copied into every row it took 14 s and 3.3 GB, past the 5 s deadline
+    base = _full_ring(tmp_path, world=100_000, rank=7)
+    with OtlpReceiver(protocol="http") as receiver:
+        settings = RecorderSettings(
+            job="big",
+            archive=tmp_path / "archive",
+            otlp=otlp_settings(receiver.endpoint, "http/protobuf"),
+        )
+        assert settings.otlp is not None
+        started = time.monotonic()
+        report = flush_ring(
+            read_ring(base),
+            settings=settings,
+            incident="crash",
+            exporter=exporter_for(settings.otlp),
+            deadline=started + settings.flush_deadline_s,
+        )
+        spans = receiver.wait_for_spans(2000)
+    assert report.ok, report.problems
+    assert report.elapsed_s < settings.flush_deadline_s
+    assert report.archived is not None
+    assert check_rank_file(report.archived).footer_members() == {"0": "0-99999"}
+    assert len(spans) == 2000
+    runs = {
+        a.value.string_value
+        for _, span in spans
+        for a in span.attributes
+        if a.key == model.PG_RANK_RANGES
+    }
+    assert runs == {"0-99999"}
+
+
 def test_an_import_of_dumps_keeps_large_groups_members_in_the_footers(
     dumps: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -117,15 +168,8 @@ def test_a_recorder_flush_of_a_100000_rank_group_writes_its_members_once(
 ) -> None:
     # a rank's ring of 2,000 entries in a 100,000-rank default group, as `fr-otel run`
     # imports what a rank left: copied into each row it was 200 million integers
+    _full_ring(tmp_path, world=100_000, rank=7)
     rings = tmp_path / "_rings"
-    write_ring(
-        ring_base(rings, "big", 7),
-        rank=7,
-        world=100_000,
-        job="big",
-        seqs=range(1, 2001),
-        capacity=2000,
-    )
     archive = tmp_path / "archive"
     assert main(["import", str(rings), "--archive", str(archive), "--incident", "crash"]) == 0
 
@@ -144,6 +188,65 @@ def test_a_recorder_flush_of_a_100000_rank_group_writes_its_members_once(
     assert rows == [(1, 100_000, 0, 99_999), (2000, 100_000, 0, 99_999)]
     manifest = json.loads((file.parent / "_incident.json").read_text())
     assert [len(g["ranks"]) for g in manifest["groups"]] == [100_000]
+
+
+def test_spans_fr_otel_exported_of_a_16384_rank_group_import_back(tmp_path: Path) -> None:
+    # 2,000 spans whose members are the runs "0-16383": each row's list counted against
+    # the expansion bound, this file fr_otel wrote was refused as hostile
+    _full_ring(tmp_path, world=16_384, rank=3)
+    rings = tmp_path / "_rings"
+    archive, spans = tmp_path / "archive", tmp_path / "spans.jsonl"
+    assert main(["import", str(rings), "--archive", str(archive), "--incident", "crash"]) == 0
+    assert main(["export", str(archive), "--otlp-json", str(spans)]) == 0
+
+    report = import_dumps([spans], archive=tmp_path / "again")
+    assert not report.problems, report.problems
+    (file,) = report.files_written
+    assert check_rank_file(file).footer_members() == {"0": "0-16383"}
+    with open_source(tmp_path / "again") as source:
+        assert source.connection.execute(
+            "SELECT count(*), count(*) FILTER (WHERE pg_ranks_inferred) FROM src"
+        ).fetchone() == (2000, 0)
+        rows = source.connection.execute(
+            "SELECT collective_seq_id, len(pg_ranks), pg_ranks[-1] FROM src"
+            " WHERE collective_seq_id IN (1, 2000) ORDER BY 1"
+        ).fetchall()
+    assert rows == [(1, 16_384, 16_383), (2000, 16_384, 16_383)]
+
+
+def test_ranks_whose_rows_come_interleaved_each_write_their_footer(tmp_path: Path) -> None:
+    # two ranks' rows of a 2,048-rank group, each rank's table with its own dictionary of
+    # member lists (as each ring's rows are), the second rank's rows between the first's:
+    # Arrow can neither concatenate nor sort such a column by itself
+    tables = []
+    for rank in (0, 1):
+        base = ring_base(tmp_path / "_rings", "wide", rank)
+        write_ring(base, rank=rank, world=2048, job="wide", seqs=range(1, 7), capacity=8)
+        tables.append(
+            ring_table(
+                read_ring(base),
+                job="wide",
+                incident="i",
+                dump_time_ns=1,
+                members_as_dictionary=True,
+            )
+        )
+    first, second = tables
+    assert pa.types.is_dictionary(first.schema.field("pg_ranks").type)
+    mixed = pa.concat_tables([first.slice(0, 3), second, first.slice(3)])
+    archive = tmp_path / "archive"
+    written = write_rows(mixed, archive)
+
+    assert len(written) == 2
+    for file in written:
+        assert check_rank_file(file).footer_members() == {"0": "0-2047"}
+        assert pq.read_table(file)["collective_seq_id"].to_pylist() == [1, 2, 3, 4, 5, 6]
+    with open_source(archive) as source:
+        rows = source.connection.execute(
+            "SELECT rank, count(*), min(len(pg_ranks)), max(pg_ranks[-1]) FROM src"
+            " GROUP BY rank ORDER BY rank"
+        ).fetchall()
+    assert rows == [(0, 6, 2048, 2047), (1, 6, 2048, 2047)]
 
 
 def test_a_name_whose_large_lists_differ_within_a_file_keeps_them_on_its_rows(

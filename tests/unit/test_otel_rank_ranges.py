@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -153,9 +154,10 @@ def test_a_span_whose_runs_are_not_runs_is_a_clear_import_problem(tmp_path: Path
 def test_runs_that_would_expand_past_the_bound_dumps_have_are_refused_as_hostile(
     tmp_path: Path,
 ) -> None:
-    """A few bytes of runs name a million ranks: 8 MB in every row. Past 64 times the
-    file's size (plus 16 MiB), as for pickles, the file is refused before it is built;
-    a file of the same shape with real groups still imports."""
+    """A few bytes of runs name a million ranks: 8 MB for each distinct text. Past 64
+    times the file's size (plus 16 MiB), as for pickles, the file is refused before it is
+    built; a file of the same shape with real groups still imports, and so does one whose
+    rows all name the same million ranks (one list, shared by the rows)."""
     rows = [canonical_row(record_id=i, pg_ranks=list(range(100))) for i in range(200)]
     data = to_otlp_json(next(iter(encode_requests(canonical_table(rows)))))
     path = tmp_path / "spans.jsonl"
@@ -163,11 +165,21 @@ def test_runs_that_would_expand_past_the_bound_dumps_have_are_refused_as_hostile
     report = import_dumps([path], archive=tmp_path / "fine")
     assert not report.problems, report.problems
     assert _rows_of(report.files_written) == [list(range(100))] * 200
-    for span in data["resourceSpans"][0]["scopeSpans"][0]["spans"]:
-        for kv in span["attributes"]:
-            if kv["key"] == model.PG_RANK_RANGES:
-                kv["value"]["stringValue"] = "0-999999"
-    path.write_text(json.dumps(data) + "\n")
+    spans = data["resourceSpans"][0]["scopeSpans"][0]["spans"]
+
+    def runs(text: Callable[[int], str]) -> None:
+        for index, span in enumerate(spans):
+            for kv in span["attributes"]:
+                if kv["key"] == model.PG_RANK_RANGES:
+                    kv["value"]["stringValue"] = text(index)
+        path.write_text(json.dumps(data) + "\n")
+
+    runs(lambda _: "0-999999")
+    report = import_dumps([path], archive=tmp_path / "one")
+    assert not report.problems, report.problems
+    (file,) = report.files_written
+    assert pq.read_table(file)["pg_ranks"].null_count == 200  # the list is in the footer
+    runs(lambda index: f"{index}-999999")
     report = import_dumps([path], archive=tmp_path / "bomb")
     assert not report.files_written
     (problem,) = report.problems

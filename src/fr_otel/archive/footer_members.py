@@ -53,9 +53,14 @@ def lift(rows: pa.Table) -> tuple[pa.Table, Members]:
     column = one_array(rows["pg_ranks"])
     list_type = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
     if pa.types.is_dictionary(column.type):
-        codes, lists = column.indices, column.dictionary
+        # equal large lists share a code (a dictionary may hold one list more than once:
+        # chunks of one rank's rows, each with its own)
+        codes, lists = (
+            pc.take(_codes_of_large(column.dictionary), column.indices),
+            column.dictionary,
+        )
     else:
-        codes, lists = _codes_of_large(column)
+        codes, lists = _codes_of_large(column), column
     large = pc.greater(pc.list_value_length(lists), FOOTER_MIN_MEMBERS)
     row_large = pc.fill_null(pc.take(large, codes), False)
     if not pc.any(row_large).as_py():
@@ -120,10 +125,10 @@ def with_lists(rows: pa.Table) -> pa.Table:
     return _with_members(rows, pc.take(column.dictionary, column.indices))
 
 
-def _codes_of_large(column: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
-    """A plain list column as (per row an index, the lists): each large list that repeats
-    an earlier one of the same length shares its index (a group's rows carry one list),
-    every other row its own. Only rows with a large list are compared."""
+def _codes_of_large(column: pa.ListArray) -> pa.Array:
+    """Per list of ``column`` an index into it: each large list that repeats an earlier
+    one shares that one's index (a group's rows carry one list), every other list its own
+    (null for a null). Only the large lists are compared."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -144,13 +149,50 @@ def _codes_of_large(column: pa.ListArray) -> tuple[pa.Array, pa.ListArray]:
                     break
             else:
                 seen[length].append((row, members))
-    return pa.array(codes, pa.int64(), mask=column.is_null()), column
+    return pa.array(codes, pa.int64(), mask=column.is_null())
+
+
+def concat_rows(tables: list[pa.Table]) -> pa.Table:
+    """Tables of rows as one, ``pg_ranks`` in one chunk: a dictionary column where any
+    table has one (spans whose members came as runs), which Arrow would neither
+    concatenate with plain lists nor take rows from across chunks."""
+    import pyarrow as pa
+
+    kinds = {t.schema.field("pg_ranks").type for t in tables}
+    if len(kinds) == 1 and not any(pa.types.is_dictionary(k) for k in kinds):
+        return pa.concat_tables(tables)
+    dictionary = next(k for k in kinds if pa.types.is_dictionary(k))
+    at = tables[0].schema.get_field_index("pg_ranks")
+    alike = []
+    for table in tables:
+        column = table["pg_ranks"]
+        if not pa.types.is_dictionary(column.type):
+            lists = column.combine_chunks()
+            codes = pa.array(range(len(lists)), dictionary.index_type)
+            column = pa.DictionaryArray.from_arrays(codes, lists)
+        alike.append(table.set_column(at, table.schema.field(at).with_type(dictionary), column))
+    joined = pa.concat_tables(alike)
+    return joined.set_column(at, joined.schema.field(at), one_array(joined["pg_ranks"]))
 
 
 def one_array(column: pa.ChunkedArray) -> pa.Array:
     """The column as one array: its only chunk as it is (``combine_chunks`` copies even
-    that, 1.6 GB for a 100,000-member group's lists on 2,000 rows)."""
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    that, 1.6 GB for a 100,000-member group's lists on 2,000 rows); a dictionary column's
+    chunks (each rank's rows, with its own lists) with their dictionaries one after the
+    other, which Arrow does not do for lists ("unification ... not implemented")."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    if not pa.types.is_dictionary(column.type) or not column.num_chunks:
+        return column.combine_chunks()
+    indices, dictionaries, shift = [], [], 0
+    for chunk in column.chunks:
+        indices.append(pc.add(chunk.indices, pa.scalar(shift, chunk.indices.type)))
+        dictionaries.append(chunk.dictionary)
+        shift += len(chunk.dictionary)
+    return pa.DictionaryArray.from_arrays(pa.concat_arrays(indices), pa.concat_arrays(dictionaries))
 
 
 def _with_members(rows: pa.Table, pg_ranks: pa.Array) -> pa.Table:

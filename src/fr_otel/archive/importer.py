@@ -991,7 +991,7 @@ def _import_spans(
         return report
     if not tables:
         return report
-    table = pa.concat_tables(tables)
+    table = footer_members.concat_rows(tables)
     # spans a continuous-mode job sent before any incident name none: together they are a
     # snapshot of the running job, and its manifest says so (see analysis.snapshots)
     table = table.append_column("_continuous", pc.equal(table["incident"], UNKNOWN))

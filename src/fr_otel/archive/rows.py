@@ -56,7 +56,9 @@ def _canonical(table: pa.Table) -> pa.Table:
         return table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
     index = RECORD_SCHEMA.get_field_index("pg_ranks")
     target = RECORD_SCHEMA.set(index, RECORD_SCHEMA.field(index).with_type(members.type))
-    return table.select(RECORD_SCHEMA.names).cast(target)
+    table = table.select(RECORD_SCHEMA.names).cast(target)
+    # one chunk: Arrow takes and sorts no column whose chunks hold different list dictionaries
+    return table.set_column(index, target.field(index), footer_members.one_array(table["pg_ranks"]))
 
 
 def _with_footer(rows: pa.Table) -> pa.Table:
