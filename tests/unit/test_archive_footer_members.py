@@ -28,6 +28,7 @@ from fr_otel.recorder.flush import flush_ring
 from fr_otel.recorder.ring import read_ring, ring_base
 from fr_otel.recorder.table import ring_table
 from fr_otel.sim import FleetSpec, simulate, write_fleet
+from fr_otel.sinks import MemorySink, OtlpJsonSink, export
 from tests.otlp_receiver import OtlpReceiver
 from tests.rings import write_ring
 from tests.rows import canonical_row, canonical_table
@@ -247,6 +248,45 @@ def test_ranks_whose_rows_come_interleaved_each_write_their_footer(tmp_path: Pat
             " GROUP BY rank ORDER BY rank"
         ).fetchall()
     assert rows == [(0, 6, 2048, 2047), (1, 6, 2048, 2047)]
+
+
+def test_an_incident_read_for_export_holds_each_long_member_list_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a data-parallel job: every entry in a 128-rank group, one with members in the footer
+    dumps = tmp_path / "dumps"
+    write_fleet(
+        simulate(FleetSpec(world=128, entries=50, tp=1, pp=1, fault="skipped_collective")),
+        dumps,
+    )
+    archive = tmp_path / "archive"
+    assert import_dumps([dumps], archive=archive, job="j", incident="i").ok
+    one = Incident(job="j", incident="i")
+    (first, *_) = sorted(archive.glob("*/*/*.parquet"))
+    assert not check_rank_file(first).footer_members(), "128 members stay on the rows"
+    _written(pq.read_table(first), archive, monkeypatch, 100)  # rank 0's lists to its footer
+    assert check_rank_file(first).footer_members()
+
+    plain = read_incident(archive, one).table
+    shared = read_incident(archive, one, shared_members=True).table
+    members = shared["pg_ranks"].combine_chunks()
+    assert pa.types.is_dictionary(members.type)
+    assert len(members.dictionary) <= 2 * 128  # a list or two per rank file, not per row
+    assert members.to_pylist() == plain["pg_ranks"].to_pylist()
+    assert shared.drop_columns(["pg_ranks"]).equals(plain.drop_columns(["pg_ranks"]))
+    assert {len(r) for r in members.to_pylist()} == {128}
+
+    # what export sends: the same spans either way
+    by_table = {}
+    for name, table in (("plain", plain), ("shared", shared)):
+        sink = OtlpJsonSink(path=tmp_path / f"{name}.jsonl")
+        assert sink.export(table).written == plain.num_rows
+        by_table[name] = sink.path.read_bytes()
+    assert by_table["plain"] == by_table["shared"]
+    memory = MemorySink()
+    export(archive, [memory])
+    (sent,) = memory.tables
+    assert pa.types.is_dictionary(sent.schema.field("pg_ranks").type)
 
 
 def test_a_name_whose_large_lists_differ_within_a_file_keeps_them_on_its_rows(

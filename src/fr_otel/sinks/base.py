@@ -51,7 +51,9 @@ class ExportResult:
 
 @runtime_checkable
 class RecordSink(Protocol):
-    """Takes tables of canonical rows (``fr_otel.schema.RECORD_SCHEMA``) somewhere."""
+    """Takes tables of canonical rows (``fr_otel.schema.RECORD_SCHEMA``) somewhere.
+    ``pg_ranks`` may come as a dictionary column (each distinct member list once: the
+    recorder's rows, ``export``'s), which every sink here takes as it is."""
 
     def export(self, table: pa.Table) -> ExportResult:
         """Export every row of ``table``; may be called many times."""

@@ -90,7 +90,10 @@ def export(
     chosen = pick_incident(archive, job, incident)
     # the verdicts alone need only the run id (their traces' ids include it), not every
     # entry of every rank
-    rows = read_incident(archive, chosen, columns=["run_id"] if findings_only else None)
+    # every span codec takes a group's member list once for all its rows
+    rows = read_incident(
+        archive, chosen, columns=["run_id"] if findings_only else None, shared_members=True
+    )
     what = ExportInput(
         incident=chosen, table=rows.table, problems=rows.problems, entries=not findings_only
     )
