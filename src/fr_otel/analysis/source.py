@@ -305,12 +305,9 @@ def _canonical(connection: duckdb.DuckDBPyConnection, relation: str) -> str:
 
     def column(name: str) -> str:
         if name == "pg_ranks" and members:
-            own = "r.pg_ranks" if name in present else None
-            return (
-                f"coalesce({own}, {_MEMBERS_OF_ROW}) AS {name}"
-                if own
-                else (f"{_MEMBERS_OF_ROW} AS {name}")
-            )
+            if name in present:  # null on the rows of a group whose list is in the footer
+                return f"coalesce(r.pg_ranks, {_MEMBERS_OF_ROW}) AS {name}"
+            return f"{_MEMBERS_OF_ROW} AS {name}"
         if name in present:
             return name
         return f"CAST(NULL AS {_sql_type(RECORD_SCHEMA.field(name).type)}) AS {name}"
