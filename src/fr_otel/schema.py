@@ -182,6 +182,17 @@ RECORD_SCHEMA: pa.Schema = pa.schema(
 
 COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 
+MEMBERS_DICTIONARY = pa.dictionary(pa.int32(), RECORD_SCHEMA.field("pg_ranks").type)
+"""``pg_ranks`` as each row's index into distinct member lists: how the recorder, the span
+import and ``export`` hold a group's list once for all its rows."""
+
+
+def with_members_type(schema: pa.Schema, kind: pa.DataType) -> pa.Schema:
+    """``schema`` with its ``pg_ranks`` field of type ``kind`` (a dictionary column's)."""
+    at = schema.get_field_index("pg_ranks")
+    return schema.set(at, schema.field(at).with_type(kind))
+
+
 SOURCE_FORMATS = frozenset({"pickle", "json", "recorder", "simulator", "otlp"})
 
 # --- rules over rows -------------------------------------------------------------------

@@ -7,7 +7,7 @@ incident was being handled, past the flush deadline. Groups of more than
 ``FOOTER_MIN_MEMBERS`` members are therefore written as each rank file's key-value
 metadata (``MEMBERS_KEY``: a JSON object, group name -> its members as rank runs,
 ``otel.rankranges``), and their rows' ``pg_ranks`` is null in the file. Readers of the
-archive (the ``src`` view, ``archive.read``) put the list back.
+archive put the list back: the ``src`` view, and ``archive.read`` through ``shared``.
 
 Such a file is marked with ``FOOTER_SCHEMA_VERSION``: an fr_otel that does not know the
 footer refuses the file (``foreign``) instead of reading the lifted rows as rows of a group
@@ -65,7 +65,7 @@ def lift(rows: pa.Table) -> tuple[pa.Table, Members]:
     row_large = pc.fill_null(pc.take(large, codes), False)
     if not pc.any(row_large).as_py():
         plain = column if lists is column else pc.take(lists, codes)
-        return _with_members(rows, plain.cast(list_type)), {}
+        return set_members(rows, plain.cast(list_type)), {}
     # every code each name with a large list uses (a name must use exactly one to lift)
     names = one_array(rows["pg_name"])
     candidates = pc.unique(pc.filter(names, row_large))
@@ -87,13 +87,13 @@ def lift(rows: pa.Table) -> tuple[pa.Table, Members]:
             lifted[name] = lists[code].as_py()
             lifted_codes.append(code)
     if not lifted:
-        return _with_members(rows, pc.take(lists, codes).cast(list_type)), {}
+        return set_members(rows, pc.take(lists, codes).cast(list_type)), {}
     kept = pc.if_else(
         pc.is_in(codes, value_set=pa.array(lifted_codes, codes.type)),
         pa.scalar(None, codes.type),
         codes,
     )
-    return _with_members(rows, pc.take(lists, kept).cast(list_type)), lifted
+    return set_members(rows, pc.take(lists, kept).cast(list_type)), lifted
 
 
 def as_written(rows: pa.Table) -> tuple[pa.Table, Runs]:
@@ -122,7 +122,7 @@ def with_lists(rows: pa.Table) -> pa.Table:
     if not pa.types.is_dictionary(column.type):
         return rows
     column = one_array(column)
-    return _with_members(rows, pc.take(column.dictionary, column.indices))
+    return set_members(rows, pc.take(column.dictionary, column.indices))
 
 
 def _codes_of_large(column: pa.ListArray, above: int | None = None) -> pa.Array:
@@ -163,17 +163,16 @@ def concat_rows(tables: list[pa.Table]) -> pa.Table:
     if len(kinds) == 1 and not any(pa.types.is_dictionary(k) for k in kinds):
         return pa.concat_tables(tables)
     dictionary = next(k for k in kinds if pa.types.is_dictionary(k))
-    at = tables[0].schema.get_field_index("pg_ranks")
     alike = []
     for table in tables:
         column = table["pg_ranks"]
         if not pa.types.is_dictionary(column.type):
             lists = column.combine_chunks()
             codes = pa.array(range(len(lists)), dictionary.index_type)
-            column = pa.DictionaryArray.from_arrays(codes, lists)
-        alike.append(table.set_column(at, table.schema.field(at).with_type(dictionary), column))
+            table = set_members(table, pa.DictionaryArray.from_arrays(codes, lists))
+        alike.append(table)
     joined = pa.concat_tables(alike)
-    return joined.set_column(at, joined.schema.field(at), one_array(joined["pg_ranks"]))
+    return set_members(joined, one_array(joined["pg_ranks"]))
 
 
 SHARED_MIN_MEMBERS = 64
@@ -206,9 +205,7 @@ def shared(rows: pa.Table, runs: Runs) -> pa.Table:
     # only the lists some row names: the rest of the file's copies are let go
     used = pc.unique(pc.drop_null(codes))
     indices = pc.index_in(codes, value_set=used).cast(pa.int32())
-    members = pa.DictionaryArray.from_arrays(indices, pc.take(dictionary, used))
-    at = rows.schema.get_field_index("pg_ranks")
-    return rows.set_column(at, rows.schema.field(at).with_type(members.type), members)
+    return set_members(rows, pa.DictionaryArray.from_arrays(indices, pc.take(dictionary, used)))
 
 
 def one_array(column: pa.ChunkedArray) -> pa.Array:
@@ -231,11 +228,11 @@ def one_array(column: pa.ChunkedArray) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.concat_arrays(indices), pa.concat_arrays(dictionaries))
 
 
-def _with_members(rows: pa.Table, pg_ranks: pa.Array) -> pa.Table:
-    from fr_otel.schema import RECORD_SCHEMA
-
-    index = rows.schema.get_field_index("pg_ranks")
-    return rows.set_column(index, RECORD_SCHEMA.field("pg_ranks"), pg_ranks)
+def set_members(rows: pa.Table, pg_ranks: pa.Array) -> pa.Table:
+    """``rows`` with ``pg_ranks`` replaced, its field of the new column's type (a list or
+    a dictionary of lists)."""
+    at = rows.schema.get_field_index("pg_ranks")
+    return rows.set_column(at, rows.schema.field(at).with_type(pg_ranks.type), pg_ranks)
 
 
 def decode(raw: bytes, path: Path) -> Runs:
@@ -262,27 +259,3 @@ def members_of(runs: str) -> tuple[int, ...]:
     text is expanded once: every rank file of a job names the default group alike, and at
     8,192 ranks a list per file was 67 million Python integers."""
     return tuple(from_ranges(runs))
-
-
-def fill(rows: pa.Table, runs: Runs) -> pa.Table:
-    """``rows`` (of one file) with the lifted groups' lists back on their rows."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not runs or "pg_ranks" not in rows.column_names or "pg_name" not in rows.column_names:
-        return rows
-    from fr_otel.schema import RECORD_SCHEMA
-
-    list_type = RECORD_SCHEMA.field("pg_ranks").type
-    names = list(runs)
-    lists = pa.array([members_of(runs[n]) for n in names], list_type)
-    code = pc.index_in(rows["pg_name"], value_set=pa.array(names, pa.string()))
-    own = rows["pg_ranks"].cast(list_type)
-    lifted = pc.and_(pc.is_null(own), pc.is_valid(code))
-    if not pc.any(lifted).as_py():
-        return rows
-    # only the lifted rows' lists are built: take() of a null code is a null list
-    back = pc.take(lists, pc.if_else(lifted, code, pa.scalar(None, code.type)))
-    merged = pc.coalesce(own, back)
-    index = rows.schema.get_field_index("pg_ranks")
-    return rows.set_column(index, rows.schema.field(index).with_type(list_type), merged)

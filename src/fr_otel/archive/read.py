@@ -13,7 +13,7 @@ from fr_otel.archive import footer_members
 from fr_otel.archive.checks import CheckedFiles, check_files, describe, rank_files, read_pages
 from fr_otel.archive.incidents import Incident
 from fr_otel.errors import DumpError
-from fr_otel.schema import RECORD_SCHEMA
+from fr_otel.schema import MEMBERS_DICTIONARY, RECORD_SCHEMA, with_members_type
 
 
 @dataclass(kw_only=True)
@@ -50,32 +50,29 @@ def read_incident(
     checked = check_files(rank_files(archive, incident))
     wanted = list(columns) if columns is not None else RECORD_SCHEMA.names
     schema = pa.schema([RECORD_SCHEMA.field(name) for name in wanted])
-    share = shared_members and "pg_ranks" in wanted
-    if share:
-        at = schema.get_field_index("pg_ranks")
-        listed = schema.field(at).type
-        schema = schema.set(at, schema.field(at).with_type(pa.dictionary(pa.int32(), listed)))
+    members = "pg_ranks" in wanted
+    if members:  # each file's lists once, its footer's too; copied onto rows at the end
+        schema = with_members_type(schema, MEMBERS_DICTIONARY)
     tables = []
     for file in list(checked.good):
-        lifted = file.footer_members() if file.members and "pg_ranks" in wanted else {}
         read = columns
-        if (lifted or share) and columns is not None and "pg_name" not in columns:
+        if members and columns is not None and "pg_name" not in columns:
             read = [*columns, "pg_name"]  # which rows the footer's lists belong on
         try:
             raw = read_pages(file.path, read)
         except DumpError as problem:
             checked.leave_out(file, problem)
             continue
-        if share:
-            raw = footer_members.shared(_with_members_column(raw), lifted)
-        else:
-            raw = footer_members.fill(raw, lifted)
+        if members:
+            raw = footer_members.shared(_with_members_column(raw), file.footer_members())
         tables.append(_canonical(raw, schema))
     checked.require_some(describe(archive, incident))
     if not tables:
         table = schema.empty_table()
     else:
-        table = footer_members.concat_rows(tables) if share else pa.concat_tables(tables)
+        table = footer_members.concat_rows(tables) if members else pa.concat_tables(tables)
+    if members and not shared_members:
+        table = footer_members.with_lists(table)
     return IncidentRows(incident=incident, table=table, checked=checked)
 
 

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from fr_otel.archive import footer_members
 from fr_otel.archive.layout import commit_staged, discard_staged, rank_file, write_staged
 from fr_otel.archive.manifest import GroupMembers, refresh_manifest
-from fr_otel.schema import RECORD_SCHEMA
+from fr_otel.schema import RECORD_SCHEMA, with_members_type
 
 _FILE_KEY = ("job", "incident", "rank")
 """The columns that name a row's rank file."""
@@ -33,7 +33,8 @@ def write_rows(table: pa.Table, archive: Path) -> list[Path]:
     try:
         for (job, incident, rank), rows in files:
             final = rank_file(archive, job, incident, rank)
-            staged.append((write_staged(_with_footer(rows), final), final))
+            # large groups' members in the file's footer
+            staged.append((write_staged(footer_members.as_written(rows)[0], final), final))
         for temporary, final in staged:
             commit_staged(temporary, final)
             written.append(final)
@@ -54,16 +55,9 @@ def _canonical(table: pa.Table) -> pa.Table:
     members = table.schema.field("pg_ranks")
     if not pa.types.is_dictionary(members.type):
         return table.select(RECORD_SCHEMA.names).cast(RECORD_SCHEMA)
-    index = RECORD_SCHEMA.get_field_index("pg_ranks")
-    target = RECORD_SCHEMA.set(index, RECORD_SCHEMA.field(index).with_type(members.type))
-    table = table.select(RECORD_SCHEMA.names).cast(target)
+    table = table.select(RECORD_SCHEMA.names).cast(with_members_type(RECORD_SCHEMA, members.type))
     # one chunk: Arrow takes and sorts no column whose chunks hold different list dictionaries
-    return table.set_column(index, target.field(index), footer_members.one_array(table["pg_ranks"]))
-
-
-def _with_footer(rows: pa.Table) -> pa.Table:
-    """One file's rows as written: large groups' members in the footer."""
-    return footer_members.as_written(rows)[0]
+    return footer_members.set_members(table, footer_members.one_array(table["pg_ranks"]))
 
 
 def _rank_files(table: pa.Table) -> list[tuple[tuple[str, str, int], pa.Table]]:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from fr_otel.dumps.safe_pickle import UnsafePickleError, load_plain
 from fr_otel.errors import DumpError
-from fr_otel.schema import RECORD_SCHEMA, SIZES_TYPE
+from fr_otel.schema import RECORD_SCHEMA, SIZES_TYPE, with_members_type
 from fr_otel.stacks import call_site
 
 _PROFILING_NAME = re.compile(
@@ -825,8 +825,7 @@ def _build(
     }
     schema = RECORD_SCHEMA if members_column else _WITHOUT_MEMBERS
     if members_column and pa.types.is_dictionary(columns["pg_ranks"].type):
-        at = schema.get_field_index("pg_ranks")
-        schema = schema.set(at, schema.field(at).with_type(columns["pg_ranks"].type))
+        schema = with_members_type(schema, columns["pg_ranks"].type)
     if shared:
         schema = shared_schema(schema)
     table = pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)

@@ -61,7 +61,13 @@ from fr_otel.otel.jsonfile import (
 )
 from fr_otel.otel.plan import SPAN_PLAN
 from fr_otel.otel.rankranges import from_ranges
-from fr_otel.schema import COLUMNS, RECORD_SCHEMA, is_p2p_entry
+from fr_otel.schema import (
+    COLUMNS,
+    MEMBERS_DICTIONARY,
+    RECORD_SCHEMA,
+    is_p2p_entry,
+    with_members_type,
+)
 
 SOURCE_FORMAT = "otlp"
 """``source_format`` of imported rows (to be listed in ``schema.SOURCE_FORMATS``)."""
@@ -271,8 +277,7 @@ class SpanRows:
         schema = RECORD_SCHEMA
         if self._members.shared:
             columns["pg_ranks"] = _shared_lists(columns["pg_ranks"])
-            at = schema.get_field_index("pg_ranks")
-            schema = schema.set(at, schema.field(at).with_type(columns["pg_ranks"].type))
+            schema = with_members_type(schema, MEMBERS_DICTIONARY)
         return OtlpImport(pa.Table.from_pydict(columns, schema=schema), self.skipped)
 
 

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from fr_otel.recorder.ring import RingContents
 from fr_otel.recorder.slot import COMPLETED, FAILED, STATE_NAMES
-from fr_otel.schema import RECORD_SCHEMA
+from fr_otel.schema import MEMBERS_DICTIONARY, RECORD_SCHEMA, with_members_type
 from fr_otel.stacks import call_site
 
 _FIELD = {name: RECORD_SCHEMA.field(name).type for name in RECORD_SCHEMA.names}
@@ -52,11 +52,7 @@ def _schema(names: tuple[str, ...]) -> pa.Schema:
     return pa.schema([(name, _FIELD[name]) for name in names])
 
 
-_MEMBERS_TYPE = pa.dictionary(pa.int32(), _FIELD["pg_ranks"])
-_MEMBERS_SCHEMA = RECORD_SCHEMA.set(
-    RECORD_SCHEMA.get_field_index("pg_ranks"),
-    RECORD_SCHEMA.field("pg_ranks").with_type(_MEMBERS_TYPE),
-)
+_MEMBERS_SCHEMA = with_members_type(RECORD_SCHEMA, MEMBERS_DICTIONARY)
 """``RECORD_SCHEMA`` with ``pg_ranks`` as indices into the groups' lists (``ring_table``'s
 ``members_as_dictionary``)."""
 _DICTIONARY_MIN_MEMBERS = 1024
