@@ -11,7 +11,13 @@ from fr_otel.otel import model
 from fr_otel.otel.transport import exporter_for
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature
 from fr_otel.recorder.slot import COMPLETED, FAILED, STARTED
-from fr_otel.recorder.streaming import BACKLOG_LOOKS, BACKLOG_POLL_S, SpanStream
+from fr_otel.recorder.streaming import (
+    BACKLOG_LOOKS,
+    BACKLOG_POLL_S,
+    SMALL_BATCH,
+    SMALL_BATCH_INTERVALS,
+    SpanStream,
+)
 from tests.otlp_receiver import OtlpReceiver
 
 CAPACITY = 400
@@ -49,13 +55,18 @@ def _issue(writer: RingWriter, ids: tuple[int, int, int], first_seq: int, count:
 
 
 def _stream(
-    tmp_path: Path, receiver: OtlpReceiver, writer: RingWriter, *, watch_backlog: bool = True
+    tmp_path: Path,
+    receiver: OtlpReceiver,
+    writer: RingWriter,
+    *,
+    watch_backlog: bool = True,
+    interval_s: float = 3600.0,
 ) -> SpanStream:
-    """A stream to ``receiver`` whose interval never comes within a test."""
+    """A stream to ``receiver`` whose interval (by default) never comes within a test."""
     settings = RecorderSettings(
         mode="continuous",
         job="j",
-        export_interval_s=3600.0,
+        export_interval_s=interval_s,
         archive=tmp_path / "archive",
         otlp=otlp_settings(receiver.endpoint, "http/protobuf"),
     )
@@ -86,6 +97,40 @@ def test_a_backlog_of_a_quarter_ring_leaves_before_the_interval(tmp_path: Path) 
             while stream.sent < CAPACITY // 4 and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert stream.sent == CAPACITY // 4 and stream.dropped == 0
+        finally:
+            stream.stop()
+            stream.join(timeout=5)
+    writer.close()
+
+
+def test_a_small_batch_waits_several_intervals_a_full_one_leaves_at_the_interval(
+    tmp_path: Path,
+) -> None:
+    """A pass costs about as much for one span as for two hundred: a few spans wait
+    ``SMALL_BATCH_INTERVALS`` intervals; ``SMALL_BATCH`` of them leave at the interval."""
+    interval = 0.5
+    writer, *ids = _ring(tmp_path)
+    with OtlpReceiver(protocol="http") as receiver:
+        stream = _stream(tmp_path, receiver, writer, interval_s=interval)
+        stream.start()
+        try:
+            time.sleep(interval * 1.5)  # the first pass (of nothing) is behind
+            issued = time.monotonic()
+            _issue(writer, (ids[0], ids[1], ids[2]), 1, 3)
+            time.sleep(interval * 3)
+            assert receiver.spans() == [], "three spans left at the interval"
+            receiver.wait_for_spans(3, timeout_s=10)
+            waited = time.monotonic() - issued
+            assert waited >= interval * (SMALL_BATCH_INTERVALS - 1.5), waited
+            stream.export_once()  # whatever the receiver has not counted yet
+            sent = stream.sent
+            time.sleep(interval * 0.5)
+            _issue(writer, (ids[0], ids[1], ids[2]), 4, SMALL_BATCH)
+            issued = time.monotonic()
+            receiver.wait_for_spans(3 + SMALL_BATCH, timeout_s=10)
+            waited = time.monotonic() - issued
+            assert waited < interval * (SMALL_BATCH_INTERVALS - 1.5), waited
+            assert len(receiver.spans()) == sent + SMALL_BATCH
         finally:
             stream.stop()
             stream.join(timeout=5)
