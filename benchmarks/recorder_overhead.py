@@ -79,8 +79,10 @@ recorder threads (parts 2, 6 and 7); for the all_reduce loop, whose paired job r
 incident mode only, continuous mode adds the export threads (part 1: those only
 continuous mode starts, their CPU per span sent times the collectives issued per call).
 For the all_reduce loop it is a share of the ``off`` all_reduce's wall time; for DDP a
-share of the peer's CPU per step (the same DDP job without the recorder, part 5: the whole
-process, per rank), printed beside ours. The launch-to-launch figures are printed beside
+share of the peer's CPU per step: the paired job's whole process over its rounds, per rank,
+less the recorder's threads (the same job without them, measured in the same minutes as
+they were: this machine's speed drifts by tens of percent between parts), printed beside
+ours and beside part 5's ``off`` launches. The launch-to-launch figures are printed beside
 it. Torch's FR is on in every arm of a paired job (it is process-wide): what its C++
 recording costs shows only in the launch-to-launch figures.
 """
@@ -416,6 +418,7 @@ def _paired(config: dict[str, Any]) -> dict[str, Any]:
     # rounds is spread over every unit
     threads = _Threads()
     background0, window, mirror0 = threads.read(), time.perf_counter(), _mirror(recorder)
+    process0 = time.process_time()
     for round_ in range(config["rounds"]):
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
@@ -428,6 +431,7 @@ def _paired(config: dict[str, Any]) -> dict[str, Any]:
                 wall[name].append((time.perf_counter() - start) / block * 1e6)
                 cpu[name].append((time.thread_time() - thread0) / block * 1e6)
     window = time.perf_counter() - window
+    process_s = time.process_time() - process0
     mirror = {k: v - mirror0.get(k, 0.0) for k, v in _mirror(recorder).items()}
     units = config["rounds"] * len(names) * block
     background_us = {
@@ -441,6 +445,7 @@ def _paired(config: dict[str, Any]) -> dict[str, Any]:
         "wall": wall,
         "cpu": cpu,
         "background_us": background_us,
+        "process_us": process_s / units * 1e6,
         "window_s": window,
         "mirror": mirror,
     }
@@ -958,6 +963,10 @@ def _run_paired(work: _Workload, receiver: Any, tmp: Path, mode: str, part: int)
     }
     result["background_us"] = sum(threads.values())
     result["threads_us"] = threads
+    # the job without the recorder's threads, over the same rounds: the basis that drifts
+    # with the machine as the recorder's own figures do (part 5's launches run minutes
+    # apart, and this machine's speed moved by 45% between them and a paired job)
+    result["peer_us"] = statistics.mean(r["process_us"] for r in ranks) - result["background_us"]
     print(
         f"   the recorder's threads, CPU per {unit} per rank over the rounds"
         f" ({statistics.mean(r['window_s'] for r in ranks):.1f} s): "
@@ -1060,10 +1069,12 @@ def _verdicts(work: _Workload, e2e: dict[str, Any], paired: dict[str, dict[str, 
     where only an incident-mode paired job ran (the all_reduce loop), continuous mode adds
     the export threads' CPU per span sent end to end, times the collectives a unit issues
     (they share the cores). The launch-to-launch figures are printed beside it."""
-    basis = e2e["basis_us"]
     ddp = work.name == "ddp"
     for mode, goal in GOALS.items():
         job = paired.get(mode, paired["incident"])
+        # DDP: the job's own CPU per step over the paired rounds, the recorder's threads
+        # left out; the all_reduce loop: the off launches' all_reduce
+        basis = job["peer_us"] if ddp else e2e["basis_us"]
         training, threads = job["recorder"]["cpu_extra"], job["background_us"]
         if not ddp:
             # the paired job's reference arms call all_reduce past the hooks, and the
@@ -1119,8 +1130,9 @@ def _verdicts(work: _Workload, e2e: dict[str, Any], paired: dict[str, dict[str, 
         print(
             f"goal (DDP step, {mode} <= {goal:.0f}% CPU added per step): {verdict}:"
             f" {cpu_us:+.1f} µs CPU per step per rank = {cpu_pct:.2f}% of the peer's"
-            f" {basis:.1f} µs (the same job without the recorder), ours {basis + cpu_us:.1f} µs"
-            f" ({parts}){extra}"
+            f" {basis:.1f} µs (the same job over the same rounds without the recorder's"
+            f" threads; part 5's off launches: {e2e['basis_us']:.1f} µs), ours"
+            f" {basis + cpu_us:.1f} µs ({parts}){extra}"
         )
         print(
             f"   across launches: process CPU {_pct(e2e[mode]['process_pct'])} of the peer's"
