@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from fr_otel.archive import footer_members
+from fr_otel.archive import file_index, footer_members
 from fr_otel.archive.layout import partition_dir
 from fr_otel.errors import ArchiveError, DumpError
 from fr_otel.schema import RECORD_SCHEMA, SCHEMA_VERSION_KEY
@@ -75,6 +75,29 @@ class RankFile:
 
     def footer_members(self) -> footer_members.Runs:
         return dict(self.members)
+
+    @classmethod
+    def at(
+        cls,
+        path: Path,
+        *,
+        rows: int,
+        time_span: tuple[int, int] | None,
+        columns: frozenset[str],
+        members: tuple[tuple[str, str], ...] = (),
+    ) -> RankFile:
+        """The file at ``path``, its job, incident and rank from its place there."""
+        job, incident, rank = partition_of(path)
+        return cls(
+            path=path,
+            job=job,
+            incident=incident,
+            rank=rank,
+            rows=rows,
+            time_span=time_span,
+            columns=columns,
+            members=members,
+        )
 
 
 def partition_of(path: Path) -> tuple[str, str, int | None]:
@@ -147,12 +170,8 @@ def check_rank_file(path: Path, *, pages: bool = False) -> RankFile:
     members = footer_members.decode(lifted, path) if lifted is not None else {}
     if pages:
         read_pages(path)
-    job, incident, rank = partition_of(path)
-    return RankFile(
-        path=path,
-        job=job,
-        incident=incident,
-        rank=rank,
+    return RankFile.at(
+        path,
         rows=metadata.num_rows,
         time_span=_time_span(metadata),
         columns=columns,
@@ -239,9 +258,12 @@ class CheckedFiles:
 
 
 def check_files(paths: Iterable[Path]) -> CheckedFiles:
-    """Check every file (see ``check_rank_file``), a few at a time."""
+    """Check every file (see ``check_rank_file``), a few at a time; a file the import
+    that wrote it recorded, unchanged since, is taken from that record
+    (``archive.file_index``), unless every page is being verified."""
     files = sorted(paths)
     pages = pages_verified()  # read here: the pool's threads do not see it
+    known: dict[Path, RankFile] = {} if pages else _indexed(files)
 
     def one(path: Path) -> RankFile | DumpError:
         try:
@@ -249,11 +271,13 @@ def check_files(paths: Iterable[Path]) -> CheckedFiles:
         except DumpError as exc:
             return exc
 
-    if len(files) > 16:
+    unknown = [path for path in files if path not in known]
+    if len(unknown) > 16:
         with ThreadPoolExecutor(max_workers=_CHECK_THREADS) as pool:
-            results = list(pool.map(one, files))
+            found = dict(zip(unknown, pool.map(one, unknown), strict=True))
     else:
-        results = [one(path) for path in files]
+        found = {path: one(path) for path in unknown}
+    results = [known.get(path) or found[path] for path in files]
     checked = CheckedFiles()
     for path, result in zip(files, results, strict=True):
         if isinstance(result, DumpError):
@@ -262,6 +286,60 @@ def check_files(paths: Iterable[Path]) -> CheckedFiles:
         else:
             checked.good.append(result)
     return checked
+
+
+def _indexed(files: list[Path]) -> dict[Path, RankFile]:
+    """The files whose folder's index records them as they are now."""
+    known: dict[Path, RankFile] = {}
+    indexes: dict[Path, dict[str, file_index.Facts]] = {}
+    for path in files:
+        folder = path.parent
+        index = indexes.get(folder)
+        if index is None:
+            index = indexes[folder] = file_index.read_index(folder)
+        facts = index.get(path.name)
+        if facts is None or not file_index.matches(facts, file_index.stat_key(path)):
+            continue
+        file = _from_facts(path, facts)
+        if file is not None:
+            known[path] = file
+    return known
+
+
+def _from_facts(path: Path, facts: file_index.Facts) -> RankFile | None:
+    """The ``RankFile`` an index entry records, or None for one this fr_otel cannot trust
+    (another archive schema version, or not well formed): its footer is read instead."""
+    try:
+        if str(facts["version"]) not in READABLE_VERSIONS:
+            return None
+        span = facts.get("time_span")
+        return RankFile.at(
+            path,
+            rows=int(facts["rows"]),
+            time_span=(int(span[0]), int(span[1])) if span else None,
+            columns=frozenset(facts["columns"]),
+            members=tuple((str(name), str(runs)) for name, runs in facts.get("members", ())),
+        )
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
+def index_facts(file: RankFile) -> tuple[str, file_index.Facts] | None:
+    """``file``'s entry for its folder's index, as it is on disk now (None when it cannot
+    be read): what ``check_rank_file`` would find in its footer."""
+    key = file_index.stat_key(file.path)
+    if key is None:
+        return None
+    version = footer_members.FOOTER_SCHEMA_VERSION if file.members else SCHEMA_VERSION
+    return file.path.name, {
+        "size": key[0],
+        "mtime_ns": key[1],
+        "version": version,
+        "rows": file.rows,
+        "time_span": list(file.time_span) if file.time_span else None,
+        "columns": file.columns,
+        "members": [list(pair) for pair in file.members],
+    }
 
 
 def rank_files(archive: Path, only: Incident | None = None) -> list[Path]:

@@ -48,7 +48,8 @@ import pyarrow.compute as pc
 
 from fr_otel import config
 from fr_otel.archive import footer_members, scratch
-from fr_otel.archive.checks import RankFile, partition_of
+from fr_otel.archive.checks import RankFile, index_facts
+from fr_otel.archive.file_index import write_index
 from fr_otel.archive.layout import (
     ImportLock,
     commit_staged,
@@ -64,6 +65,7 @@ from fr_otel.archive.manifest import (
     Manifest,
     describe_ranks,
     describe_span,
+    exclusive,
     refresh_manifest,
 )
 from fr_otel.dumps.discover import DumpFile, discover
@@ -1077,23 +1079,18 @@ def _finish(
         commit_staged(outcome.staged, outcome.task.final)
         outcome.staged = None
         report.files_written.append(outcome.task.final)
-        file_job, file_incident, rank = partition_of(outcome.task.final)
-        report.rank_files.append(
-            RankFile(
-                path=outcome.task.final,
-                job=file_job,
-                incident=file_incident,
-                rank=rank,
-                rows=outcome.rows,
-                time_span=outcome.time_span,
-                columns=_WRITTEN_COLUMNS
-                if outcome.task.members_in_file
-                else _WRITTEN_COLUMNS - {"pg_ranks"},
-                members=tuple(outcome.lifted.items()),
-            )
+        file = RankFile.at(
+            outcome.task.final,
+            rows=outcome.rows,
+            time_span=outcome.time_span,
+            columns=_WRITTEN_COLUMNS
+            if outcome.task.members_in_file
+            else _WRITTEN_COLUMNS - {"pg_ranks"},
+            members=tuple(outcome.lifted.items()),
         )
-        if not outcome.task.members_in_file and rank is not None:
-            report.members[(file_incident, rank)] = (
+        report.rank_files.append(file)
+        if not outcome.task.members_in_file and file.rank is not None:
+            report.members[(file.incident, file.rank)] = (
                 outcome.members
                 if outcome.members is not None
                 else {name: group.ranks for name, group in outcome.groups.items()}
@@ -1104,6 +1101,7 @@ def _finish(
         {name for name, _ in kept},
         key=lambda name: (_first_time(kept, name), name),
     )
+    _record_files(report.rank_files)
     for name in report.incidents:
         manifest = _write_manifest(archive_path, job_value, name, report)
         spans = [o.time_span for (inc, _), o in kept.items() if inc == name and o.time_span]
@@ -1115,6 +1113,19 @@ def _finish(
                 time_span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
             )
         )
+
+
+def _record_files(files: list[RankFile]) -> None:
+    """Note what the rank files just written hold in their incident's file index, so that
+    reading them again need not open every footer (``archive.file_index``)."""
+    by_folder: dict[Path, list[RankFile]] = {}
+    for file in files:
+        if not scratch.is_scratch(file.path):  # the analysis's own, gone after it
+            by_folder.setdefault(file.path.parent, []).append(file)
+    for folder, written in by_folder.items():
+        entries = [entry for entry in map(index_facts, written) if entry is not None]
+        with exclusive(folder):
+            write_index(folder, entries)
 
 
 def _first_time(kept: dict[tuple[str, int], _Outcome], incident: str) -> int:

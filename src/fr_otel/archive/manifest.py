@@ -89,10 +89,11 @@ def write_manifest(archive: Path, manifest: Manifest) -> Path:
 
 
 @contextlib.contextmanager
-def _exclusive(folder: Path) -> Iterator[None]:
-    """One manifest refresh at a time per incident. Every rank of a recorder flush writes
-    its file and then refreshes: without the lock, a refresh that listed the files before
-    another rank's commit could be the last to write, and leave that rank out."""
+def exclusive(folder: Path) -> Iterator[None]:
+    """One manifest (or file index) refresh at a time per incident. Every rank of a
+    recorder flush writes its file and then refreshes: without the lock, a refresh that
+    listed the files before another rank's commit could be the last to write, and leave
+    that rank out."""
     if fcntl is None:  # pragma: no cover - Windows
         yield
         return
@@ -110,7 +111,7 @@ def refresh_manifest(
 ) -> Manifest:
     """Merge ``groups`` into the incident's manifest (they win over what an earlier write
     recorded), recount its ranks from the files present, and write it."""
-    with _exclusive(partition_dir(archive, job, incident)):
+    with exclusive(partition_dir(archive, job, incident)):
         return _refresh(archive, job, incident, groups)
 
 
@@ -154,7 +155,7 @@ def _refresh(archive: Path, job: str, incident: str, groups: Iterable[GroupMembe
 
 def mark_snapshot(archive: Path, job: str, incident: str) -> None:
     """Note in an incident's manifest that it is a snapshot of a running job."""
-    with _exclusive(partition_dir(archive, job, incident)):
+    with exclusive(partition_dir(archive, job, incident)):
         manifest = read_manifest(archive, job, incident)
         if manifest is not None and not manifest.snapshot:
             write_manifest(archive, replace(manifest, snapshot=True))
