@@ -17,3 +17,17 @@ def healthy_dir(tmp_path: Path) -> Path:
     for rank, dump in two_rank_dumps().items():
         write_pickle(folder / f"nccl_trace_rank_{rank}", dump)
     return folder
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An archive (``job=j/incident=i``) of a 16-rank simulated job where rank 3 skipped a
+    collective, imported once per module: tests copy it before changing it."""
+    from fr_otel.cli import main
+
+    root = tmp_path_factory.mktemp("pristine")
+    assert main(["simulate", str(root / "dumps"), "--world", "16", "--entries", "60",
+                 "--fault", "skipped_collective", "--fault-rank", "3"]) == 0  # fmt: skip
+    assert main(["import", str(root / "dumps"), "--archive", str(root / "archive"),
+                 "--job", "j", "--incident", "i", "--workers", "1"]) == 0  # fmt: skip
+    return root / "archive"

@@ -14,16 +14,7 @@ from fr_otel.cli import main
 
 FOLDER = ("job=j", "incident=i")
 
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 16-rank simulated job where rank 3 skipped a collective, imported."""
-    root = tmp_path_factory.mktemp("damaged")
-    assert main(["simulate", str(root / "dumps"), "--world", "16", "--entries", "60",
-                 "--fault", "skipped_collective", "--fault-rank", "3"]) == 0  # fmt: skip
-    assert main(["import", str(root / "dumps"), "--archive", str(root / "archive"),
-                 "--job", "j", "--incident", "i", "--workers", "1"]) == 0  # fmt: skip
-    return root / "archive"
+# ``pristine`` (tests/conftest.py): a 16-rank job where rank 3 skipped a collective
 
 
 def _copy(pristine: Path, tmp_path: Path) -> Path:

@@ -18,22 +18,12 @@ from fr_otel.cli import main
 FOLDER = ("job=j", "incident=i")
 
 
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 16-rank simulated job where rank 3 skipped a collective, imported."""
-    root = tmp_path_factory.mktemp("indexed")
-    assert main(["simulate", str(root / "dumps"), "--world", "16", "--entries", "60",
-                 "--fault", "skipped_collective", "--fault-rank", "3"]) == 0  # fmt: skip
-    assert main(["import", str(root / "dumps"), "--archive", str(root / "archive"),
-                 "--job", "j", "--incident", "i", "--workers", "1"]) == 0  # fmt: skip
-    return root / "archive"
-
-
 @pytest.fixture
-def archive(imported: Path, tmp_path: Path) -> Path:
-    """A copy that keeps every file's modification time, as ``cp -p`` and rsync do."""
+def archive(pristine: Path, tmp_path: Path) -> Path:
+    """A copy of ``pristine`` (tests/conftest.py: 16 ranks, rank 3 skipped a collective)
+    that keeps every file's modification time, as ``cp -p`` and rsync do."""
     copy = tmp_path / "archive"
-    shutil.copytree(imported, copy)
+    shutil.copytree(pristine, copy)
     return copy
 
 

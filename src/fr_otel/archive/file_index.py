@@ -66,21 +66,17 @@ def write_index(folder: Path, entries: Iterable[tuple[str, Facts]]) -> None:
     the entries of files no longer there, and write it atomically. The caller holds the
     incident's lock (``manifest.exclusive``). Best effort: an index that cannot be
     written only means the footers are read again."""
-    files = read_index(folder)
+    # the new entries' files were just looked at: only earlier ones may be gone
+    files = {name: facts for name, facts in read_index(folder).items() if (folder / name).exists()}
     files.update(entries)
-    files = {name: facts for name, facts in files.items() if (folder / name).exists()}
-    column_sets: list[frozenset[str]] = []
-    written: dict[str, Facts] = {}
-    for name in sorted(files):
-        facts = dict(files[name])
-        columns = facts["columns"]
-        if columns not in column_sets:
-            column_sets.append(columns)
-        facts["columns"] = column_sets.index(columns)
-        written[name] = facts
+    codes: dict[frozenset[str], int] = {}  # each distinct column set, written once
+    written = {
+        name: {**facts, "columns": codes.setdefault(facts["columns"], len(codes))}
+        for name, facts in sorted(files.items())
+    }
     data = {
         "index_version": INDEX_VERSION,
-        "column_sets": [sorted(names) for names in column_sets],
+        "column_sets": [sorted(names) for names in codes],
         "files": written,
     }
     final = index_path(folder)
