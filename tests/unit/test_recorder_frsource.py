@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from fr_otel.dumps.parse import raw_entries
-from fr_otel.recorder.frsource import FrMirror
+from fr_otel.recorder.frsource import FILL_SHARE, FrMirror
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, read_ring, torch_ring_base
 from fr_otel.recorder.slot import COMPLETED, STARTED
 from fr_otel.recorder.triggers import POLL_S
@@ -162,54 +162,78 @@ def test_an_unhooked_op_within_its_timeout_is_not_overdue(tmp_path: Path) -> Non
     assert _mirrored(mirror) == [(1, "all_reduce", STARTED)]
 
 
-def test_continuous_mode_reads_before_torch_overwrites_within_a_cost_cap(tmp_path: Path) -> None:
-    _, _, incident = _setup(tmp_path / "a")
-    _, _, continuous = _setup(tmp_path / "b", complete=True)
-    for mirror in (incident, continuous):
-        mirror.stats.last_cost_s = 0.04  # a 2,000-entry dump here
-        mirror.rate = 100.0  # collectives a second
-    # incident mode: 400x the cost, whatever the rate (only the newest entries matter)
-    assert incident._interval() == 16.0
-    # continuous: before 80% of torch's buffer has turned over (16 s), less the watch's
-    # poll (a read comes up to one poll late)
-    assert continuous._interval() == 16.0 - POLL_S
-    continuous.rate = 400.0  # 4 s to turn 80% of the buffer over
-    assert continuous._interval() == 4.0 - POLL_S
-    continuous.peak_rate = 640.0  # a recent burst 1.6 times as fast: planned for
-    assert continuous._interval() == 2.5 - POLL_S
-    continuous.rate = continuous.peak_rate = 4000.0  # past a 2% share of a core: the cap holds
-    assert continuous._interval() == 2.0
+def test_reads_are_spaced_by_their_cost_within_bounds(tmp_path: Path) -> None:
+    _, _, mirror = _setup(tmp_path)
+    mirror.stats.last_cost_s = 0.02  # a 2,000-entry dump here
+    assert mirror._interval() == 8.0  # 400 times the cost
+    mirror.stats.last_cost_s = 0.001
+    assert mirror._interval() == 1.0  # never more often than once a second
+    mirror.stats.last_cost_s = 1.0
+    assert mirror._interval() == 30.0  # never later than 30 s
+    mirror.shortest_timeout_ns = 6 * 10**9
+    assert mirror._interval() == 2.0  # nor than a third of the detection timeout
 
 
-def test_the_rate_is_measured_over_a_window_not_each_look(tmp_path: Path) -> None:
-    _, _, mirror = _setup(tmp_path, complete=True)
-    mirror._measure_rate(0.0, {"0": 0})
-    mirror._measure_rate(0.25, {"0": 200})  # a look: 800 a second over a quarter second
-    assert mirror.rate == mirror.peak_rate == 0.0  # not yet a window
-    mirror._measure_rate(1.0, {"0": 400})
-    assert mirror.rate == mirror.peak_rate == 400.0
-
-
-def test_the_peak_rate_remembers_a_burst_and_forgets_it_slowly(tmp_path: Path) -> None:
-    _, _, mirror = _setup(tmp_path, complete=True)
-    mirror._measure_rate(0.0, {"0": 0})
-    mirror._measure_rate(1.0, {"0": 1000})  # a burst: 1,000 a second
-    mirror._measure_rate(2.0, {"0": 1100})  # then 100 a second
-    assert mirror.peak_rate == pytest.approx(1000 * 0.5 ** (1 / 30))
-    assert mirror.rate < 1000
-    for second in range(3, 63):  # a minute later, two half-lives: a quarter of it is left
-        mirror._measure_rate(float(second), {"0": 1100 + 100 * (second - 2)})
-    assert mirror.peak_rate == pytest.approx(1000 * 0.5 ** (61 / 30), rel=0.01)
-
-
-def test_one_slow_read_does_not_space_the_next_ones_past_the_buffer(tmp_path: Path) -> None:
-    _, _, mirror = _setup(tmp_path, complete=True)
-    mirror.rate = 800.0  # 2 s to turn 80% of the buffer over
-    for cost in (0.03, 0.03, 0.03, 0.03, 0.09):  # the last read slowed by the machine
+def test_one_slow_read_does_not_space_the_next_ones(tmp_path: Path) -> None:
+    _, _, mirror = _setup(tmp_path)
+    for cost in (0.01, 0.01, 0.01, 0.01, 0.05):  # the last read slowed by the machine
         mirror.stats.recent_costs.append(cost)
-    mirror.stats.last_cost_s = 0.09
-    # its 50x cost cap alone (4.5 s) would let torch overwrite 1,600 entries unread
-    assert mirror._interval() == 2.0 - POLL_S
+    mirror.stats.last_cost_s = 0.05
+    assert mirror._interval() == 4.0  # the median's 400 times, not the last one's
+
+
+def test_continuous_mode_reads_once_torch_s_buffer_is_nearly_full(tmp_path: Path) -> None:
+    _, _, mirror = _setup(tmp_path, complete=True)
+    target = FILL_SHARE * 2000
+    assert mirror._until_full(0.0, 100) is None  # a first look: nothing to go by
+    # 400 a second: the buffer fills in seconds, later looks will do
+    assert mirror._until_full(0.25, 200) is None
+    # the next look (a poll later) would come 0.1 s before the buffer fills: it reads now
+    issued = int(target - 400 * (POLL_S + 0.1))
+    wait = mirror._until_full(0.5, issued)
+    assert wait is not None
+    assert wait == pytest.approx((target - issued) / ((issued - 200) / 0.25))
+    assert mirror._until_full(0.75, int(target)) == 0.0  # full: at once
+    mirror._issued_at_read = int(target)  # a read brought them
+    assert mirror._until_full(1.0, int(target) + 100) is None
+    # a group destroyed: its count leaves the sum, and counting starts again from there
+    assert mirror._until_full(1.25, 50) is None
+    assert mirror._until_full(1.5, 50 + int(target)) == 0.0
+
+
+def test_a_full_buffer_is_read_at_the_next_look_within_the_cost_cap(tmp_path: Path) -> None:
+    _, torch, mirror = _setup(tmp_path, complete=True)
+    mirror._fr_capacity = 10
+    for _ in range(9):  # 90% of torch's buffer, not yet read
+        torch.issue("all_reduce")
+    mirror.tick()
+    assert torch.reads == 1
+    assert len(read_ring(mirror.ring.base, 0).slots) == 9
+    mirror.stats.recent_costs.append(0.5)  # a read that cost half a second of CPU
+    for _ in range(9):
+        torch.issue("all_reduce")
+    mirror.tick()  # full again, but 50 times the cost has not passed: no read
+    assert torch.reads == 1
+    mirror._read_at -= 50 * 0.5
+    mirror.tick()
+    assert torch.reads == 2
+    assert len(read_ring(mirror.ring.base, 0).slots) == 18
+
+
+def test_a_buffer_full_of_hooked_ops_is_not_read(tmp_path: Path) -> None:
+    main, torch, mirror = _setup(tmp_path, complete=True)
+    mirror._fr_capacity = 10
+    for _ in range(9):
+        _hook(main, torch, "all_reduce")
+    mirror.tick()
+    mirror.tick()
+    assert torch.reads == 0  # the rings hold every op: torch's dump would bring nothing
+    torch.issue("all_reduce")  # one from C++
+    for _ in range(8):
+        _hook(main, torch, "all_reduce")
+    mirror.tick()
+    assert torch.reads == 1
+    assert [s[2] for s in read_ring(mirror.ring.base, 0).slots] == [10]  # its seq
 
 
 def test_entries_differing_only_in_their_shapes_get_their_own_signatures(tmp_path: Path) -> None:

@@ -58,23 +58,17 @@ most 0.25% of a core, the GIL held for at most that share of wall time. (Between
 only the newest entries matter in incident mode: they are what a rank that dies leaves.)"""
 COMPLETE_COST_FACTOR = 50
 """In continuous mode, where every entry must become a span, reads come as often as torch's
-buffer needs (``WRAP_SHARE``), but never more often than this many times their cost: at
+buffer needs (``FILL_SHARE``), but never more often than this many times their cost: at
 most 2% of a core. Past that rate of C++ collectives, entries torch overwrote before a read
 are counted as missed."""
-WRAP_SHARE = 0.8
-"""Continuous mode reads again before torch has issued this share of its buffer, at the
-highest recent rate (``PEAK_HALF_LIFE_S``). Each read costs the whole buffer (torch
-serialises all of it), so the CPU per collective goes as 1 / share: at 0.5 a read paid for
-twice the entries it brought, at 0.8 for 1.25 times; a burst 25% above the recent peak
-rate is what it takes to lose entries (counted as missed)."""
-PEAK_HALF_LIFE_S = 30.0
-"""How fast the peak collective rate continuous mode plans its reads for forgets a burst."""
-RATE_WINDOW_S = 1.0
-"""The rate is measured over at least this long. Over one watch poll (0.25 s) a steady
-DDP job's rate varied so much that its peak ran 27% above its mean, and reads came at 60%
-of torch's buffer instead of ``WRAP_SHARE``: each entry paid for a third more of torch's
-dump than it needed to. A burst shorter than this is averaged in; it would have to hold
-1,600 collectives (torch's default buffer at ``WRAP_SHARE``) to lose any."""
+FILL_SHARE = 0.85
+"""Continuous mode reads once torch's buffer holds this share of entries no read has
+brought (torch's counters say how many, 0.2-0.3 µs a group). Each read costs the whole
+buffer (torch serialises all of it), so the CPU per collective goes as 1 / share: reads
+planned from a measured rate came at 60-65% of the buffer in DDP runs here (a burst had to
+be planned for), each entry paying for 1.6 times its own dump. What is left (300 of
+torch's default 2,000 entries) absorbs a rate that doubles between two looks, or a look
+that comes late."""
 MIN_INTERVAL_S = 1.0
 """The shortest time between two reads (the watch thread ticks faster)."""
 MAX_INTERVAL_S = 30.0
@@ -82,8 +76,12 @@ MAX_INTERVAL_S = 30.0
 ``DETECT_SHARE`` of the detection timeout)."""
 COST_MEMORY = 5
 """Reads are spaced by the median cost of this many recent ones: one read slowed by the
-machine (twice the usual, in DDP runs here) would otherwise space the next ones past
-``WRAP_SHARE``, and torch would overwrite entries before they were read."""
+machine (twice the usual, in DDP runs here) would otherwise space the next ones far apart,
+or hold continuous mode's reads back under their cap while torch overwrote entries."""
+EARLY_LOOK = 1.5
+"""Continuous mode: when the buffer would reach ``FILL_SHARE`` within this many watch polls
+at the rate of the last one, the look waits for that moment and reads then, rather than
+trusting the next look (a poll comes late when the GIL is busy)."""
 DETECT_SHARE = 3
 DETECTION_SHARE = 0.75
 """By default an op is overdue at this share of its group's timeout: the rank declares and
@@ -239,10 +237,10 @@ class MirrorStats:
     missed: int = 0
     """FR entries torch overwrote before a read (its buffer is smaller than the gap)."""
     last_cost_s: float = 0.0
-    """Wall time of the last read (the GIL is held for most of it)."""
+    """CPU time of the last read (the GIL is held for most of it)."""
     total_cost_s: float = 0.0
     recent_costs: deque[float] = field(default_factory=lambda: deque(maxlen=COST_MEMORY))
-    """The last reads' wall times: reads are spaced by their median."""
+    """The last reads' CPU times: reads are spaced by their median."""
 
 
 @dataclass
@@ -280,11 +278,10 @@ class FrMirror:
         """Continuous mode: every entry matters, not only the newest."""
         self._fr_capacity = fr_capacity
         """Entries torch's buffer holds (each of its recorders)."""
-        self._issued: tuple[float, int] | None = None
-        self.rate = 0.0
-        """Collectives per second, all groups (smoothed): how fast torch's buffer turns."""
-        self.peak_rate = 0.0
-        """The highest rate measured lately (halved every ``PEAK_HALF_LIFE_S``)."""
+        self._issued_at_read = 0
+        """Collectives issued (torch's counters, all groups) when the last read began."""
+        self._last_look: tuple[float, int] | None = None
+        """(monotonic time, collectives issued) at continuous mode's previous look."""
         self._timeout_s = timeout_s
         self._read = read
         self.stats = MirrorStats()
@@ -302,7 +299,8 @@ class FrMirror:
         last read."""
         self._read_at = float("-inf")
         """When the last read ended (monotonic): the next is due an ``_interval()`` later,
-        as that interval stands at each look (the rate is learnt after the first read)."""
+        as that interval stands at each look (or sooner, in continuous mode, once torch's
+        buffer fills)."""
         self._overdue_seen: set[tuple[str, int]] = set()
         self._group_index: dict[str, int] = {}
         self._group_timeout: dict[str, int] = {}
@@ -319,7 +317,14 @@ class FrMirror:
         now = time.monotonic()
         counters = self._counters() if self._complete else None
         if counters is not None:
-            self._measure_rate(now, counters)
+            issued = sum(counters.values())
+            wait = self._until_full(now, issued)
+            if wait is not None and now - self._read_at >= COMPLETE_COST_FACTOR * self._cost():
+                if self._behind(counters):
+                    if wait > 0:
+                        time.sleep(wait)  # the watch's other checks wait less than two polls
+                    return self.read()
+                self._issued_at_read = issued  # the hooks recorded every one: nothing to read
         overdue = self._overdue() is not None
         if now < self._read_at + self._interval() and not overdue:
             return None
@@ -370,31 +375,32 @@ class FrMirror:
             None,
         )
 
-    def _measure_rate(self, now: float, counters: dict[str, int]) -> None:
-        total = sum(counters.values())
-        if self._issued is not None and now - self._issued[0] < RATE_WINDOW_S:
-            return
-        if self._issued is not None:
-            elapsed = now - self._issued[0]
-            latest = max(total - self._issued[1], 0) / elapsed
-            self.rate = latest if not self.rate else 0.7 * self.rate + 0.3 * latest
-            self.peak_rate = max(latest, self.peak_rate * 0.5 ** (elapsed / PEAK_HALF_LIFE_S))
-        self._issued = (now, total)
+    def _until_full(self, now: float, issued: int) -> float | None:
+        """Continuous mode: seconds until torch's buffer holds ``FILL_SHARE`` of entries
+        no read has brought, when that comes before the next look can act (0: it does
+        now); None when a later look will do."""
+        previous, self._last_look = self._last_look, (now, issued)
+        unread = issued - self._issued_at_read
+        if unread < 0:  # a group was destroyed since: count from here
+            self._issued_at_read, unread = issued, 0
+        target = FILL_SHARE * self._fr_capacity
+        if unread >= target:
+            return 0.0
+        if previous is None or now <= previous[0] or issued <= previous[1]:
+            return None
+        rate = (issued - previous[1]) / (now - previous[0])
+        wait = (target - unread) / rate
+        return wait if wait < EARLY_LOOK * POLL_S else None
+
+    def _cost(self) -> float:
+        recent = self.stats.recent_costs
+        return statistics.median(recent) if recent else self.stats.last_cost_s
 
     def _interval(self) -> float:
         ceiling = MAX_INTERVAL_S
         if self.shortest_timeout_ns:
             ceiling = min(ceiling, self.shortest_timeout_ns / 1e9 / DETECT_SHARE)
-        recent = self.stats.recent_costs
-        cost = statistics.median(recent) if recent else self.stats.last_cost_s
-        interval = COST_FACTOR * cost
-        rate = max(self.rate, self.peak_rate)
-        if self._complete and rate > 0:
-            # before torch overwrites what was not read, within the cap; the watch looks
-            # only every POLL_S, so a read comes up to that late
-            wrap = WRAP_SHARE * self._fr_capacity / rate - POLL_S
-            interval = max(min(interval, wrap), COMPLETE_COST_FACTOR * cost)
-        return min(max(MIN_INTERVAL_S, interval), ceiling)
+        return min(max(MIN_INTERVAL_S, COST_FACTOR * self._cost()), ceiling)
 
     # --- what ------------------------------------------------------------------------------
 
@@ -414,9 +420,10 @@ class FrMirror:
     def read(self) -> str | None:
         """Read torch's FR once and mirror what the rings lack. Returns ``"timeout"`` when
         an op is still running past its detection timeout."""
-        started = time.perf_counter()
+        started = time.thread_time()
         try:
             counters = self._counters()  # before the dump: it holds all these
+            self._issued_at_read = sum(counters.values())
             sources = self._read()
             if sources is None:
                 return None
@@ -427,8 +434,9 @@ class FrMirror:
             self._prune()
         finally:
             # the whole pass, not only torch's dump: turning entries into records is
-            # CPU this process spends too
-            cost = time.perf_counter() - started
+            # CPU this process spends too (CPU, not wall: a pass waiting for the GIL while
+            # the training thread runs costs nothing)
+            cost = time.thread_time() - started
             self.stats.reads += 1
             self.stats.last_cost_s = cost
             self.stats.recent_costs.append(cost)
