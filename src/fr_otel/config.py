@@ -744,6 +744,17 @@ def pure_python(environ: Mapping[str, str] | None = None) -> bool:
     return _env(environ).get(FR_OTEL_PURE_PYTHON, "").strip().lower() in ("1", "true", "yes")
 
 
+# --- pyarrow's allocator, which the recorder chooses when the user has not ----------------
+
+ARROW_DEFAULT_MEMORY_POOL = "ARROW_DEFAULT_MEMORY_POOL"
+
+
+def arrow_pool_chosen(environ: Mapping[str, str] | None = None) -> bool:
+    """The user chose pyarrow's allocator (``ARROW_DEFAULT_MEMORY_POOL``, read by pyarrow
+    itself): the recorder leaves it as it is."""
+    return bool(_env(environ).get(ARROW_DEFAULT_MEMORY_POOL, "").strip())
+
+
 # --- torch's Flight Recorder variables the recorder sets when the user has not -------------
 
 TORCH_FR_BUFFER_SIZE = "TORCH_FR_BUFFER_SIZE"

@@ -616,6 +616,28 @@ def _torch_dump_file(rank: int) -> Path | None:
 
 
 def _preload() -> None:
+    with contextlib.suppress(Exception):  # pyarrow's default stays: slower, not wrong
+        _system_allocator()
     for module in ("fr_otel.archive.rows", "fr_otel.otel.wire", "fr_otel.recorder.flush"):
         with contextlib.suppress(Exception):  # the flush will report it
             importlib.import_module(module)
+
+
+def _system_allocator() -> None:
+    """Make pyarrow allocate with the C library's malloc in this process, unless the user
+    chose an allocator (``ARROW_DEFAULT_MEMORY_POOL``).
+
+    The recorder's threads build Arrow columns while the training thread runs. With
+    pyarrow's default (its bundled mimalloc), the continuous export's encoding of 1,600
+    spans took 3-4 ms of CPU in some passes and 17-44 ms in others, with no more page
+    faults (a 2-rank DDP job here); with the system allocator, 3-5 ms every time, and the
+    export thread's CPU per training step went from 26-33 to 15.6 µs. Buffers allocated
+    before the switch are freed to the pool they came from.
+    """
+    from fr_otel.config import arrow_pool_chosen
+
+    if arrow_pool_chosen():
+        return
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
