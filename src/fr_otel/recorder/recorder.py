@@ -496,6 +496,14 @@ class Recorder:
             self._flush_lock.release()
         if self._mirror_stream is not None:
             self.read_torch_fr()  # what torch saw since the last read goes out too
+            missed = self.mirror_stats.missed if self.mirror_stats is not None else 0
+            if missed:
+                logger.warning(
+                    "fr_otel: torch's Flight Recorder overwrote %d collectives before the"
+                    " recorder read them: no span was sent for them (they came faster than"
+                    " its reads of torch's buffer keep up with)",
+                    missed,
+                )
         for stream in (self._stream, self._mirror_stream):
             if stream is None:
                 continue
