@@ -39,9 +39,11 @@ from fr_otel.recorder.slot import (
     DONE_OFFSET,
     EMPTY,
     RECORD_ID,
+    RECORD_OF,
     SLOT,
     SLOT_SIZE,
     STARTED,
+    STATE_OF,
     STATE_OFFSET,
 )
 
@@ -323,13 +325,18 @@ class RingWriter:
         """The raw slots of records ``first_record`` to ``end`` the ring still holds."""
         end = self.next_record if end is None else end
         start = max(first_record, end - self.capacity, 0)
-        found = []
-        for record in range(start, end):
-            slot = SLOT.unpack_from(
-                self.mapping, HEADER_SIZE + (record % self.capacity) * SLOT_SIZE
-            )
-            if slot[0] == record and slot[9] != EMPTY:
-                found.append(slot)
+        found: list[tuple[int, ...]] = []
+        for first, count, offset in self._runs(start, end):
+            # one iter_unpack per contiguous run; in the usual run every slot holds the
+            # record expected there, checked by C loops (map) rather than one per slot
+            run = list(SLOT.iter_unpack(self.mapping[offset : offset + count * SLOT_SIZE]))
+            records = range(first, first + count)
+            if list(map(RECORD_OF, run)) == list(records) and EMPTY not in map(STATE_OF, run):
+                found += run
+            else:
+                found += (
+                    s for s, r in zip(run, records, strict=True) if s[0] == r and s[9] != EMPTY
+                )
         return found
 
     def collective_keys(self, first_record: int, end: int) -> set[tuple[int, bool, int]]:

@@ -12,6 +12,7 @@ slots written at the wrong place.
 from __future__ import annotations
 
 import struct
+from operator import itemgetter
 from typing import Final
 
 FIELDS: Final = (
@@ -66,3 +67,8 @@ def layout() -> dict[str, int]:
         "started": STARTED,
         "completed": COMPLETED,
     }
+
+
+RECORD_OF: Final = itemgetter(0)
+STATE_OF: Final = itemgetter(9)
+"""A slot tuple's record id and state (``SLOT``'s first and last fields)."""

@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,12 +23,10 @@ from fr_otel.otel.repeats import RepeatedWarnings
 from fr_otel.otel.transport import RequestExporter
 from fr_otel.recorder.flush import span_resource
 from fr_otel.recorder.ring import RingContents, RingWriter
-from fr_otel.recorder.slot import COMPLETED, FAILED, SCHEDULED
+from fr_otel.recorder.slot import COMPLETED, FAILED, RECORD_OF, SCHEDULED, STATE_OF
 
 logger = logging.getLogger(__name__)
 
-_RECORD, _STATE = itemgetter(0), itemgetter(9)
-"""A slot's record id and state (``RingWriter.slots``' tuples)."""
 _FINISHED = frozenset({COMPLETED, FAILED})
 
 CONTINUOUS_INCIDENT = ""
@@ -188,9 +185,9 @@ class SpanStream(threading.Thread):
         candidates = (
             [s for s in contents.slots if s[0] not in sent_ahead] if sent_ahead else contents.slots
         )
-        states = set(map(_STATE, candidates))
+        states = set(map(STATE_OF, candidates))
         if states <= _FINISHED:
-            done = set(map(_RECORD, candidates))
+            done = set(map(RECORD_OF, candidates))
         else:
             done = {s[0] for s in candidates if s[9] in _FINISHED}
         table = None
