@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from fr_otel.demo.recorded_job import free_port
@@ -20,3 +23,32 @@ def torchrun(script: Path, ranks: int) -> list[str]:
         str(free_port()),
         str(script),
     ]
+
+
+STEERING = ("FR_OTEL_", "TORCH_FR_", "TORCH_NCCL_", "OTEL_", "ARROW_")
+"""Variables of this process that would change what a child's recorder or torch does."""
+
+
+def python_child(
+    code: str, env: dict[str, str], cwd: Path | None = None, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) with ``args`` in a child Python with exactly ``env``; asserts
+    that it exits 0 and returns it (stdout and stderr as text)."""
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr
+    return child
+
+
+def one_rank_child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python_child`` for code that may start a one-rank gloo job on a free port: this
+    process's environment without its ``STEERING`` variables, plus ``env``."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(STEERING)}
+    environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), **env)
+    return python_child(code, environ)

@@ -7,15 +7,11 @@ allocator pyarrow uses once the recorder's start-up thread has finished.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from fr_otel.demo.recorded_job import free_port
+from tests.jobs import one_rank_child
 
 _CHILD = """
     import threading
@@ -38,17 +34,6 @@ _CHILD = """
 def test_pyarrow_uses_the_system_allocator_unless_the_user_chose(
     tmp_path: Path, chosen: str | None, expected: str
 ) -> None:
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("FR_OTEL_", "TORCH_FR_", "TORCH_NCCL_", "OTEL_", "ARROW_"))
-    }
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    if chosen is not None:
-        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
-    code = textwrap.dedent(_CHILD).replace("ARCHIVE", repr(str(tmp_path / "archive")))
-    child = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert child.returncode == 0, child.stderr
+    env = {"ARROW_DEFAULT_MEMORY_POOL": chosen} if chosen is not None else {}
+    child = one_rank_child(_CHILD.replace("ARCHIVE", repr(str(tmp_path / "archive"))), **env)
     assert f"POOL {expected}" in child.stdout.splitlines()

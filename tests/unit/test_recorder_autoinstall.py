@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from fr_otel.recorder.launcher import BOOT_DIR, child_environment
 from fr_otel.recorder.ring import read_ring, ring_base, ring_bases
 from fr_otel.recorder.slot import COMPLETED
 from fr_otel.recorder.table import ring_table
+from tests.jobs import python_child
 
 _OURS = ("FR_OTEL_", "TORCH_FR_", "TORCH_NCCL_", "OTEL_")
 
@@ -32,19 +32,6 @@ def _clean_environ() -> dict[str, str]:
         for name, value in os.environ.items()
         if not name.startswith(_OURS) and name != "PYTHONPATH"
     }
-
-
-def _run(code: str, env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert child.returncode == 0, child.stderr
-    return child
 
 
 def _env(tmp_path: Path, **overrides: str) -> dict[str, str]:
@@ -94,7 +81,7 @@ print(os.environ.get("TORCH_FR_BUFFER_SIZE"), os.environ.get("TORCH_NCCL_DUMP_ON
 
 
 def test_recorder_is_installed_when_torch_distributed_is_imported(tmp_path: Path) -> None:
-    child = _run(_INSTALLED, _env(tmp_path, FR_OTEL_BUFFER_SIZE="32"), tmp_path)
+    child = python_child(_INSTALLED, _env(tmp_path, FR_OTEL_BUFFER_SIZE="32"), tmp_path)
     assert child.stdout.splitlines() == [
         "True",
         "fr_otel.recorder.capture fr_otel.recorder.capture True",
@@ -104,7 +91,7 @@ def test_recorder_is_installed_when_torch_distributed_is_imported(tmp_path: Path
 
 
 def test_disable_switch_installs_nothing(tmp_path: Path) -> None:
-    child = _run(_INSTALLED, _env(tmp_path, FR_OTEL_DISABLE="1"), tmp_path)
+    child = python_child(_INSTALLED, _env(tmp_path, FR_OTEL_DISABLE="1"), tmp_path)
     module = "torch.distributed.distributed_c10d"
     # torch's own @_exception_logger also sets __wrapped__: the module tells them apart
     assert child.stdout.splitlines()[:2] == ["False", f"{module} {module} True"]
@@ -125,14 +112,14 @@ json.dumps({"a": pathlib.Path(".").name})
 
 
 def test_a_process_without_torch_distributed_never_imports_torch(tmp_path: Path) -> None:
-    child = _run(_NO_TORCH, _env(tmp_path), tmp_path)
+    child = python_child(_NO_TORCH, _env(tmp_path), tmp_path)
     # the hook is waiting (so sitecustomize did run), and torch was never loaded
     assert child.stdout == "[] True\n"
     assert not (tmp_path / "archive").exists()  # nothing recorded, nothing written
 
 
 def test_disabled_process_gets_no_import_hook(tmp_path: Path) -> None:
-    child = _run(_NO_TORCH, _env(tmp_path, FR_OTEL_DISABLE="1"), tmp_path)
+    child = python_child(_NO_TORCH, _env(tmp_path, FR_OTEL_DISABLE="1"), tmp_path)
     assert child.stdout == "[] False\n"
 
 
@@ -152,7 +139,7 @@ print(current() is not None, dist.all_reduce.__module__)
 def test_activate_after_torch_distributed_is_loaded_installs_at_once(tmp_path: Path) -> None:
     env = _clean_environ()  # no boot folder: activate() is called by hand
     env["FR_OTEL_ARCHIVE"] = str(tmp_path / "archive")
-    child = _run(_ACTIVATE_LATE, env, tmp_path)
+    child = python_child(_ACTIVATE_LATE, env, tmp_path)
     assert child.stdout.splitlines() == [
         "False torch.distributed.distributed_c10d",  # not requested: nothing
         "True fr_otel.recorder.capture",
@@ -181,7 +168,7 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     mark = tmp_path / "mark"
     env = _env(tmp_path, PYTHONPATH=str(user), USER_SITE_MARK=str(mark))
     assert env["PYTHONPATH"].split(os.pathsep) == [str(BOOT_DIR), str(user)]
-    child = _run(_CHAINED, env, tmp_path)
+    child = python_child(_CHAINED, env, tmp_path)
     assert child.stdout == "yes True\n"
     assert mark.read_text() == str(user / "sitecustomize.py")
     assert "Error in sitecustomize" not in child.stderr
@@ -195,7 +182,7 @@ def test_nested_fr_otel_run_still_chains_once(tmp_path: Path) -> None:
     inner = _env(tmp_path, PYTHONPATH=str(user), USER_SITE_MARK=str(mark))
     twice = child_environment({}, inner)  # `fr-otel run -- fr-otel run -- ...`
     assert twice["PYTHONPATH"].split(os.pathsep)[:2] == [str(BOOT_DIR), str(BOOT_DIR)]
-    child = _run(_CHAINED, twice, tmp_path)
+    child = python_child(_CHAINED, twice, tmp_path)
     assert child.stdout == "yes True\n"
     assert "Error in sitecustomize" not in child.stderr
 
@@ -208,7 +195,7 @@ def test_boot_folder_reachable_twice_still_chains(tmp_path: Path) -> None:
     link.symlink_to(BOOT_DIR, target_is_directory=True)
     mark = tmp_path / "mark"
     env = _env(tmp_path, PYTHONPATH=f"{link}{os.pathsep}{user}", USER_SITE_MARK=str(mark))
-    child = _run(_CHAINED, env, tmp_path)
+    child = python_child(_CHAINED, env, tmp_path)
     assert "Error in sitecustomize" not in child.stderr, child.stderr
     assert child.stdout == "yes True\n"
 

@@ -9,16 +9,14 @@ which is not what these tests look at (the spool is in the archive).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from fr_otel.demo.recorded_job import free_port
+from tests.jobs import one_rank_child
 
 _CHILD = """
     import torch, torch.distributed as dist
@@ -35,28 +33,11 @@ _CHILD = """
 
 
 def _run(tmp_path: Path, calls: int, buffer: int | None) -> subprocess.CompletedProcess[str]:
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("FR_OTEL_", "TORCH_FR_", "TORCH_NCCL_", "OTEL_"))
-    }
-    env.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
-    )
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
     if buffer is not None:
         env["TORCH_FR_BUFFER_SIZE"] = str(buffer)
-    code = (
-        textwrap.dedent(_CHILD)
-        .replace("ARCHIVE", repr(str(tmp_path / "archive")))
-        .replace("CALLS", str(calls))
-    )
-    child = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert child.returncode == 0, child.stderr
-    return child
+    code = _CHILD.replace("ARCHIVE", repr(str(tmp_path / "archive"))).replace("CALLS", str(calls))
+    return one_rank_child(code, **env)
 
 
 _WARNING = re.compile(r"torch's Flight Recorder overwrote (\d+) collectives before")
