@@ -39,17 +39,27 @@ def missing_binaries() -> list[str]:
     return [str(p.relative_to(ROOT)) for p in (OTELCOL, JAEGER) if not os.access(p, os.X_OK)]
 
 
+# Ports already handed out by free_port in this process. The kernel may offer a port that
+# was probed and closed a moment ago again, before the service meant to hold it has bound
+# it: a Collector once got the same port for its gRPC and HTTP receivers and failed to start.
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on at ``host`` (nor on the wildcard address) right now."""
-    for _ in range(50):
+    """A port nobody listens on at ``host`` (nor on the wildcard address) right now, and
+    that this process has not handed out before."""
+    for _ in range(200):
         with socket.socket() as probe:
             probe.bind((host, 0))
             port = int(probe.getsockname()[1])
+        if port in _handed_out:
+            continue
         with socket.socket() as wildcard:
             try:
                 wildcard.bind(("0.0.0.0", port))
             except OSError:
                 continue
+        _handed_out.add(port)
         return port
     raise RuntimeError(f"no free port on {host}")
 
