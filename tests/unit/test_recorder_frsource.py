@@ -278,3 +278,57 @@ def test_entries_out_of_record_order_or_without_a_record_id_are_read_in_order(
     mirror.read()
     assert [s for s, _, _ in _mirrored(mirror)] == [1, 2, 3, 5]
     assert mirror.stats.missed == 0
+
+
+def test_a_read_during_the_wait_for_a_full_buffer_is_not_repeated(tmp_path: Path) -> None:
+    _, torch, mirror = _setup(tmp_path, complete=True)
+    mirror._fr_capacity = 10
+    for _ in range(5):
+        torch.issue("all_reduce")
+    mirror._until_full = lambda now, issued: 0.2  # type: ignore[method-assign]
+    waited: list[float] = []
+
+    def flush_meanwhile(seconds: float) -> None:  # what a flush does during the wait
+        waited.append(seconds)
+        mirror.read()
+
+    mirror.tick(flush_meanwhile)
+    assert waited == [0.2]
+    assert torch.reads == 1  # the flush's: everything was in, the tick read nothing more
+    mirror.tick(lambda seconds: None)
+    assert torch.reads == 1  # nothing unread since
+
+
+def test_a_flush_reads_torch_s_fr_while_the_watch_waits_for_a_full_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from fr_otel.config import RecorderSettings
+    from fr_otel.recorder import recorder as recorder_module
+
+    _, torch, mirror = _setup(tmp_path, complete=True)
+    mirror._fr_capacity = 10
+    torch.issue("all_reduce")
+    mirror._until_full = lambda now, issued: 0.2  # type: ignore[method-assign]
+    recorder = recorder_module.Recorder(RecorderSettings(mode="continuous"))
+    recorder._mirror = mirror
+    waiting, flushed = threading.Event(), threading.Event()
+
+    def sleep(seconds: float) -> None:  # the watch's wait lasts until the flush is done
+        waiting.set()
+        assert flushed.wait(10)
+
+    monkeypatch.setattr(recorder_module.time, "sleep", sleep)
+    watch = threading.Thread(target=recorder._mirror_tick)
+    watch.start()
+    assert waiting.wait(10)
+    flush = threading.Thread(target=recorder.read_torch_fr)
+    flush.start()
+    flush.join(5)
+    blocked = flush.is_alive()  # it would wait for the watch's lock
+    flushed.set()
+    watch.join(10)
+    flush.join(10)
+    assert not blocked
+    assert torch.reads == 1

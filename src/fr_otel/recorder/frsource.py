@@ -311,9 +311,11 @@ class FrMirror:
 
     # --- when ------------------------------------------------------------------------------
 
-    def tick(self) -> str | None:
+    def tick(self, pause: Callable[[float], None] = time.sleep) -> str | None:
         """One look (the watch's poll): read FR when it holds ops the rings lack, or to
-        confirm an op that looks overdue. Returns ``"timeout"`` for an overdue op."""
+        confirm an op that looks overdue. Returns ``"timeout"`` for an overdue op.
+        ``pause(seconds)`` waits for the moment torch's buffer fills (continuous mode):
+        the recorder's lets a flush read meanwhile."""
         now = time.monotonic()
         counters = self._counters() if self._complete else None
         if counters is not None:
@@ -322,7 +324,10 @@ class FrMirror:
             if wait is not None and now - self._read_at >= COMPLETE_COST_FACTOR * self._cost():
                 if self._behind(counters):
                     if wait > 0:
-                        time.sleep(wait)  # the watch's other checks wait less than two polls
+                        reads = self.stats.reads
+                        pause(wait)  # the watch's other checks wait less than two polls
+                        if self.stats.reads != reads:  # a flush read meanwhile: all is in
+                            return None
                     return self.read()
                 self._issued_at_read = issued  # the hooks recorded every one: nothing to read
         overdue = self._overdue() is not None

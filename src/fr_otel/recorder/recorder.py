@@ -198,12 +198,21 @@ class Recorder:
             return None  # a flush is reading torch's FR: it mirrors everything itself
         reads = mirror.stats.reads
         try:
-            return mirror.tick()  # type: ignore[no-any-return]
+            return mirror.tick(self._pause_unlocked)  # type: ignore[no-any-return]
         finally:
             self._mirror_lock.release()
             stream = self._mirror_stream
             if stream is not None and mirror.stats.reads != reads:
                 stream.wake()
+
+    def _pause_unlocked(self, seconds: float) -> None:
+        """The mirror's wait for torch's buffer to fill, without its lock: a flush that
+        comes meanwhile reads at once rather than after the wait."""
+        self._mirror_lock.release()
+        try:
+            time.sleep(seconds)
+        finally:
+            self._mirror_lock.acquire()
 
     def read_torch_fr(self) -> None:
         """Bring the torch ring up to date with what torch's FR holds now (a flush does;
