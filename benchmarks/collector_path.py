@@ -275,6 +275,9 @@ def _send_fr_otel(archive: Path, endpoint: str) -> Callable[[], None]:
             ],
             check=True,
             stdout=subprocess.DEVNULL,
+            # gzip as the SDK's run sends: to an agent on this machine fr-otel's default
+            # is no compression, which would not compare like with like
+            env={**os.environ, "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"},
         )
 
     return send

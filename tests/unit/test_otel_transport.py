@@ -108,7 +108,9 @@ def test_every_span_arrives_with_ids_attributes_and_headers(
     receiver: OtlpReceiver, small_table: pa.Table, expected: dict[bytes, tuple[int, Span]]
 ) -> None:
     exporter = _exporter(
-        receiver, OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20s3cret,x-tenant=fr"
+        receiver,
+        OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20s3cret,x-tenant=fr",
+        OTEL_EXPORTER_OTLP_COMPRESSION="gzip",  # the default to an endpoint on another host
     )
     try:
         report = send_all(encode_requests(small_table, max_bytes=8_000), exporter, deadline_s=10)
@@ -123,7 +125,7 @@ def test_every_span_arrives_with_ids_attributes_and_headers(
         assert item.headers["x-tenant"] == "fr"
         assert item.headers["user-agent"].startswith("fr-otel/")
         if receiver.protocol == "http":
-            # gzip is on by default: what travelled is much smaller than the request
+            # gzip: what travelled is much smaller than the request
             assert item.headers["content-encoding"] == "gzip"
             assert item.headers["content-type"] == "application/x-protobuf"
             assert item.wire_bytes < item.decoded_bytes / 3
@@ -658,6 +660,35 @@ def test_exporter_settings_precedence(
     settings = config.otlp_settings(environ={**E, **environ})
     assert settings is not None
     assert getattr(settings, attribute) == expected
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "local"),
+    [
+        ("http://localhost:4318/v1/traces", True),
+        ("localhost:4317", True),
+        ("127.0.0.1:4317", True),
+        ("http://127.0.0.2:4318", True),
+        ("http://[::1]:4318", True),
+        ("unix:///run/otel.sock", True),
+        ("http://c:4318", False),
+        ("10.0.0.1:4317", False),
+        ("https://otel.example.com", False),
+        ("dns:///localhost:4317", False),  # a name resolver's target: not read
+    ],
+)
+def test_an_endpoint_on_this_machine_gets_no_compression_by_default(
+    endpoint: str, local: bool
+) -> None:
+    assert config.is_local_endpoint(endpoint) == local
+    protocol = "grpc" if "://" not in endpoint or endpoint.startswith(("unix", "dns")) else None
+    environ = {G + "ENDPOINT": endpoint, **({G + "PROTOCOL": protocol} if protocol else {})}
+    settings = config.otlp_settings(environ=environ)
+    assert settings is not None
+    assert settings.compression == ("none" if local else "gzip")
+    # asked for, it is used whatever the endpoint
+    settings = config.otlp_settings(environ={**environ, G + "COMPRESSION": "gzip"})
+    assert settings is not None and settings.compression == "gzip"
 
 
 def test_arguments_win_over_the_environment() -> None:
