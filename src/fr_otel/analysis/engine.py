@@ -8,7 +8,7 @@ from fr_otel.analysis import divergence, members, rootcause, rules, snapshots, s
 from fr_otel.analysis.divergence import SlotEvidence
 from fr_otel.analysis.findings import Analysis, Finding, GroupRef, rank_list, resolve_entries
 from fr_otel.analysis.source import Incident, rows_of_ranks
-from fr_otel.analysis.sqlfiles import CONSTANTS, run_file, sql_files
+from fr_otel.analysis.sqlfiles import CONSTANTS, group_key, run_file, sql_files
 from fr_otel.analysis.waits import P2PEvidence, SilentEvidence
 from fr_otel.archive.manifest import Manifest
 
@@ -58,8 +58,8 @@ def _create_groups(
 ) -> bool:
     """The ``groups`` table; returns whether group names alone identify groups."""
     if manifest is None:
-        params = {"job": incident.job, "incident": incident.incident, "gid_by_name": False}
-        run_file(connection, "groups_from_rows.sql", params)
+        params = {"job": incident.job, "incident": incident.incident}
+        run_file(connection, "groups_from_rows.sql", params, {"gid": group_key(False)})
         return False
     names = [g.name for g in manifest.groups]
     by_name = len(names) == len(set(names))
@@ -67,12 +67,12 @@ def _create_groups(
         connection,
         "groups_from_manifest.sql",
         {
-            "gid_by_name": by_name,
             "names": names,
             "descs": [g.desc for g in manifest.groups],
             "ranks": [list(g.ranks) for g in manifest.groups],
             "inferred": [g.inferred for g in manifest.groups],
         },
+        {"gid": group_key(by_name)},
     )
     return by_name
 
@@ -86,15 +86,16 @@ def analyze_connection(
     from every row and names ranks whose dump held no entry.
     """
     by_name = _create_groups(connection, incident, manifest)
-    params = {"job": incident.job, "incident": incident.incident, "gid_by_name": by_name}
+    params = {"job": incident.job, "incident": incident.incident}
+    text = {"gid": group_key(by_name)}
     first, *rest = sql_files()
-    run_file(connection, first, params)
+    run_file(connection, first, params, text)
     members.complete_groups(connection, {**CONSTANTS, **params})
     reading = None
     if snapshots.is_snapshot(incident.incident, manifest):
         reading = snapshots.read_snapshot(connection)
     for name in rest:
-        run_file(connection, name, params)
+        run_file(connection, name, params, text)
 
     groups = _groups(connection)
     dumped = {r for (r,) in connection.execute("SELECT rank FROM dumped").fetchall()}

@@ -98,10 +98,25 @@ def prepare(connection: duckdb.DuckDBPyConnection) -> None:
         connection.execute(statement)
 
 
-def run_file(connection: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> None:
-    """Execute every statement of ``sql/<name>``, binding the ``$name`` parameters it uses."""
+def group_key(by_name: bool) -> str:
+    """The SQL of a row's group id (``gid``) over canonical rows: its group's name where
+    names identify groups in the incident, else its name and members."""
+    return "hash(pg_name)" if by_name else "hash(pg_name, pg_ranks)"
+
+
+def run_file(
+    connection: duckdb.DuckDBPyConnection,
+    name: str,
+    params: dict[str, Any],
+    text: dict[str, str] | None = None,
+) -> None:
+    """Execute every statement of ``sql/<name>``, binding the ``$name`` parameters it uses.
+    ``text``: SQL written in place of each ``{name}`` (what decides which columns a query
+    reads, which a parameter cannot: DuckDB plans every branch of a CASE on one)."""
     prepare(connection)
     for statement in statements(name):
+        for key, value in (text or {}).items():
+            statement = statement.replace("{" + key + "}", value)
         _execute(connection, name, statement, params)
 
 

@@ -17,8 +17,10 @@ FROM (
         time_completed_ns, duration_ms,
         backend = 'gloo' AS gloo, state = 'started' AS state_started,
         -- group names are unique within an incident unless replicas reuse them (torchft):
-        -- then the rank set must be hashed too, which costs more with every rank
-        CASE WHEN $gid_by_name THEN hash(pg_name) ELSE hash(pg_name, pg_ranks) END AS gid,
+        -- then the rank set must be hashed too, which costs more with every rank. Python
+        -- writes in which (sqlfiles.group_key): a CASE on a parameter would make the scan
+        -- read every row's member list even where names suffice
+        {gid} AS gid,
         -- the user's call site, as a hash: findings fetch the text of the few they show
         CASE WHEN call_site IS NOT NULL THEN hash(call_site) END AS site,
         -- the fingerprint that must agree across a group; ops whose sizes legitimately

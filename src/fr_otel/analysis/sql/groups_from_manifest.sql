@@ -1,7 +1,6 @@
 -- The incident's process groups, as its manifest (_incident.json) lists them.
--- gid: a hash of the name alone where names identify groups, else of name and ranks.
+-- gid: {gid}, as 01_entries.sql gives each row (sqlfiles.group_key).
 CREATE OR REPLACE TEMP TABLE groups AS
-SELECT CASE WHEN $gid_by_name THEN hash(name) ELSE hash(name, ranks) END AS gid,
-       name AS pg_name, descr AS pg_desc, list_sort(ranks) AS members, inferred
-FROM (SELECT unnest($names::VARCHAR[]) AS name, unnest($descs::VARCHAR[]) AS descr,
-             unnest($ranks::BIGINT[][]) AS ranks, unnest($inferred::BOOLEAN[]) AS inferred);
+SELECT {gid} AS gid, pg_name, pg_desc, list_sort(pg_ranks) AS members, inferred
+FROM (SELECT unnest($names::VARCHAR[]) AS pg_name, unnest($descs::VARCHAR[]) AS pg_desc,
+             unnest($ranks::BIGINT[][]) AS pg_ranks, unnest($inferred::BOOLEAN[]) AS inferred);
