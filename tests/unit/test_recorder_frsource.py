@@ -174,12 +174,32 @@ def test_reads_are_spaced_by_their_cost_within_bounds(tmp_path: Path) -> None:
     assert mirror._interval() == 2.0  # nor than a third of the detection timeout
 
 
-def test_one_slow_read_does_not_space_the_next_ones(tmp_path: Path) -> None:
+def test_each_read_is_followed_by_400_times_its_cost_and_a_cheap_one_brings_none_closer(
+    tmp_path: Path,
+) -> None:
     _, _, mirror = _setup(tmp_path)
+    # torch's buffer filling: each read costs more than the last, and the median lags
+    for cost in (0.002, 0.006, 0.02):
+        mirror.stats.recent_costs.append(cost)
+    mirror.stats.last_cost_s = 0.02
+    assert mirror._interval() == 8.0  # the last read's 400 times, not the median's 2.4 s
+    for cost in (0.02, 0.02, 0.002):  # then one read that found little to do
+        mirror.stats.recent_costs.append(cost)
+    mirror.stats.last_cost_s = 0.002
+    assert mirror._interval() == 8.0  # the median's: the next read does not come sooner
+
+
+def test_one_slow_read_does_not_hold_continuous_reads_back(tmp_path: Path) -> None:
+    _, torch, mirror = _setup(tmp_path, complete=True)
+    mirror._fr_capacity = 10
     for cost in (0.01, 0.01, 0.01, 0.01, 0.05):  # the last read slowed by the machine
         mirror.stats.recent_costs.append(cost)
     mirror.stats.last_cost_s = 0.05
-    assert mirror._interval() == 4.0  # the median's 400 times, not the last one's
+    mirror._read_at = time.monotonic() - 50 * 0.01 - 0.1  # past the median's cap only
+    for _ in range(9):  # 90% of torch's buffer, not yet read
+        torch.issue("all_reduce")
+    mirror.tick()
+    assert torch.reads == 1  # the cap is 50 times the median, not the slow read's
 
 
 def test_continuous_mode_reads_once_torch_s_buffer_is_nearly_full(tmp_path: Path) -> None:

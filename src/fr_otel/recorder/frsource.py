@@ -75,9 +75,12 @@ MAX_INTERVAL_S = 30.0
 """The longest time ops the ring lacks wait for a read (shorter for short group timeouts:
 ``DETECT_SHARE`` of the detection timeout)."""
 COST_MEMORY = 5
-"""Reads are spaced by the median cost of this many recent ones: one read slowed by the
-machine (twice the usual, in DDP runs here) would otherwise space the next ones far apart,
-or hold continuous mode's reads back under their cap while torch overwrote entries."""
+"""Continuous mode's cap uses the median cost of this many recent reads: one read slowed by
+the machine (twice the usual, in DDP runs here) would otherwise hold its reads back under
+the cap while torch overwrote entries. The spacing of other reads (``_interval``) uses the
+larger of that median and the last read's cost: reads cost more as torch's buffer fills,
+and a median that lagged behind them let the first reads of a DDP job come three times as
+often as ``COST_FACTOR`` allows (4 reads of 12-22 ms in its first 8 s)."""
 EARLY_LOOK = 1.5
 """Continuous mode: when the buffer would reach ``FILL_SHARE`` within this many watch polls
 at the rate of the last one, the look waits for that moment and reads then, rather than
@@ -405,7 +408,8 @@ class FrMirror:
         ceiling = MAX_INTERVAL_S
         if self.shortest_timeout_ns:
             ceiling = min(ceiling, self.shortest_timeout_ns / 1e9 / DETECT_SHARE)
-        return min(max(MIN_INTERVAL_S, COST_FACTOR * self._cost()), ceiling)
+        cost = max(self._cost(), self.stats.last_cost_s)  # each read pays for its own wait
+        return min(max(MIN_INTERVAL_S, COST_FACTOR * cost), ceiling)
 
     # --- what ------------------------------------------------------------------------------
 
