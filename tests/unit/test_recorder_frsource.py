@@ -308,15 +308,22 @@ def test_a_read_during_the_wait_for_a_full_buffer_is_not_repeated(tmp_path: Path
     mirror._until_full = lambda now, issued: 0.2  # type: ignore[method-assign]
     waited: list[float] = []
 
-    def flush_meanwhile(seconds: float) -> None:  # what a flush does during the wait
+    def flush_meanwhile(seconds: float) -> bool:  # what a flush does during the wait
         waited.append(seconds)
         mirror.read()
+        return True
 
     mirror.tick(flush_meanwhile)
     assert waited == [0.2]
     assert torch.reads == 1  # the flush's: everything was in, the tick read nothing more
-    mirror.tick(lambda seconds: None)
+    mirror.tick(lambda seconds: True)
     assert torch.reads == 1  # nothing unread since
+    torch.issue("all_reduce")
+    mirror._read_at = float("-inf")  # past the cap: the next look reads
+    mirror.tick(lambda seconds: False)  # unless the recorder is closing: it reads itself
+    assert torch.reads == 1
+    mirror.tick(lambda seconds: True)
+    assert torch.reads == 2
 
 
 def test_a_flush_reads_torch_s_fr_while_the_watch_waits_for_a_full_buffer(
@@ -351,4 +358,10 @@ def test_a_flush_reads_torch_s_fr_while_the_watch_waits_for_a_full_buffer(
     watch.join(10)
     flush.join(10)
     assert not blocked
+    assert torch.reads == 1
+    recorder._stopping.set()  # closing: a wait that ends then does not read
+    torch.issue("all_reduce")
+    mirror._read_at = float("-inf")  # past the cap: the look would read
+    flushed.set()
+    assert recorder._mirror_tick() is None
     assert torch.reads == 1

@@ -253,6 +253,11 @@ class _Pending:
     timeout_ns: int
 
 
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return True
+
+
 class FrMirror:
     """Keeps the torch ring up to date with torch's FR. Called from the watch thread."""
 
@@ -314,11 +319,12 @@ class FrMirror:
 
     # --- when ------------------------------------------------------------------------------
 
-    def tick(self, pause: Callable[[float], None] = time.sleep) -> str | None:
+    def tick(self, pause: Callable[[float], bool] = _sleep) -> str | None:
         """One look (the watch's poll): read FR when it holds ops the rings lack, or to
         confirm an op that looks overdue. Returns ``"timeout"`` for an overdue op.
-        ``pause(seconds)`` waits for the moment torch's buffer fills (continuous mode):
-        the recorder's lets a flush read meanwhile."""
+        ``pause(seconds)`` waits for the moment torch's buffer fills (continuous mode), and
+        says whether to read then: the recorder's lets a flush read meanwhile, and says no
+        once the recorder is closing."""
         now = time.monotonic()
         counters = self._counters() if self._complete else None
         if counters is not None:
@@ -328,9 +334,9 @@ class FrMirror:
                 if self._behind(counters):
                     if wait > 0:
                         reads = self.stats.reads
-                        pause(wait)  # the watch's other checks wait less than two polls
-                        if self.stats.reads != reads:  # a flush read meanwhile: all is in
-                            return None
+                        # the watch's other checks wait less than two polls
+                        if not pause(wait) or self.stats.reads != reads:
+                            return None  # closing, or a flush read meanwhile: all is in
                     return self.read()
                 self._issued_at_read = issued  # the hooks recorded every one: nothing to read
         overdue = self._overdue() is not None

@@ -205,14 +205,16 @@ class Recorder:
             if stream is not None and mirror.stats.reads != reads:
                 stream.wake()
 
-    def _pause_unlocked(self, seconds: float) -> None:
+    def _pause_unlocked(self, seconds: float) -> bool:
         """The mirror's wait for torch's buffer to fill, without its lock: a flush that
-        comes meanwhile reads at once rather than after the wait."""
+        comes meanwhile reads at once rather than after the wait. False once the recorder
+        is closing (it reads for the last time itself, and closes the mirror)."""
         self._mirror_lock.release()
         try:
             time.sleep(seconds)
         finally:
             self._mirror_lock.acquire()
+        return not self._stopping.is_set()
 
     def read_torch_fr(self) -> None:
         """Bring the torch ring up to date with what torch's FR holds now (a flush does;
