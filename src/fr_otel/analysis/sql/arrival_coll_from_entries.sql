@@ -1,6 +1,9 @@
 -- The collectives the arrival rows are made of, for the incident under analysis: the
 -- CTE `coll` of arrival.sql over its `e`, `groups` and `windows` tables, each group's
 -- last `window_slots` collectives (stragglers.WINDOW_SLOTS).
+-- each group's size, not its member list: joined, the list is copied into every row
+-- (04_rules.sql); MATERIALIZED, else DuckDB moves len() above the join
+group_sizes AS MATERIALIZED (SELECT gid, len(members) AS size FROM groups),
 coll AS MATERIALIZED (
     -- the analyzer's own entries table (01_entries.sql): read once, already reduced; each
     -- group's last WINDOW_SLOTS collectives
@@ -12,9 +15,8 @@ coll AS MATERIALIZED (
         WHERE NOT p2p AND done AND NOT in_batch AND op <> 'coalesced'
     ) c
     JOIN (
-        SELECT gid, max(max_seq) - {window_slots} AS after_seq,
-               any_value(len(g.members)) AS members
-        FROM windows JOIN groups g USING (gid)
+        SELECT gid, max(max_seq) - {window_slots} AS after_seq, any_value(g.size) AS members
+        FROM windows JOIN group_sizes g USING (gid)
         GROUP BY gid
     ) w USING (gid)
     WHERE c.seq > w.after_seq
