@@ -144,6 +144,11 @@ class SiteLateness:
     clock_offset_ns: int
     clock_uncertainty_ns: int | None
     peers_p50_ns: float = 0.0
+    """The site's typical member: the lower median of its members' ``p50_ns``."""
+    steps: int = 0
+    """The group's steps: the most collectives any of its sites had."""
+    group_uncertainty_ns: int | None = None
+    """The clock uncertainty of a comparison within the group: its least certain member's."""
     confidence: float = 0.0
     p90_ns: float = 0.0
     """Filled in for the sites of named ranks only (``_detail``), as are the issue times."""
@@ -151,7 +156,6 @@ class SiteLateness:
     issue_peers_p50_ns: float = 0.0
     lost_ns: int = 0
     """How much earlier its collectives would have run without its lateness (``_detail``)."""
-    steps: int = 0
 
     @property
     def excess_ns(self) -> float:
@@ -189,27 +193,24 @@ def site_lateness(
     connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
 ) -> list[SiteLateness]:
     """Per (group, call site, rank) lateness from the ``arrival`` table, with the site's
-    typical member filled in; ``groups``: the analyzer's, by its group key."""
-    rows = query_file(connection, "site_lateness.sql")
+    typical member filled in: the rows that may be late (``_late`` decides), in group,
+    site and rank order; ``groups``: the analyzer's, by its group key."""
+    rows = query_file(
+        connection,
+        "site_lateness.sql",
+        {
+            "min_collectives": MIN_COLLECTIVES,
+            "consistency": CONSISTENCY,
+            "min_excess_ns": MIN_EXCESS_NS,
+        },
+    )
     columns = [column[0] for column in rows.description]
-    by_site: dict[tuple[int, int], list[SiteLateness]] = defaultdict(list)
+    result = []
     for row in rows.fetchall():
         stats = dict(zip(columns, row, strict=True))
         gid = stats["gid"]
         group = groups.get(gid) or GroupRef(name=str(gid), desc=None, ranks=None, key=gid)
-        by_site[(gid, stats["unit"])].append(SiteLateness(group=group, **stats))
-    steps: dict[int, int] = defaultdict(int)
-    for (gid, _), members in by_site.items():
-        steps[gid] = max(steps[gid], max(m.collectives for m in members))
-    result = []
-    for (gid, _), members in by_site.items():
-        # the typical member: the lower median, so that two stragglers of four ranks do
-        # not pull it up to half their lateness
-        peers = _lower_median([m.p50_ns for m in members])
-        for member in members:
-            member.peers_p50_ns = peers
-            member.steps = steps[gid]
-            result.append(member)
+        result.append(SiteLateness(group=group, **stats))
     return result
 
 
@@ -235,19 +236,15 @@ def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef
 
     Their ``example`` and each site's entry are ``EntryRef`` s: the analyzer resolves
     them (call site, sizes, dtypes) with the stacks."""
-    by_members = {_key(g): g for g in groups.values()}
-    sites = site_lateness(connection, groups)
-    # the clock uncertainty of a comparison within a group: its least certain member's
-    uncertainty: dict[int, int | None] = {}
-    for site in sites:
-        if site.clock_uncertainty_ns is not None:
-            known = uncertainty.get(site.gid) or 0
-            uncertainty[site.gid] = max(known, site.clock_uncertainty_ns)
+    keys = {gid: _key(group) for gid, group in groups.items()}
     late: dict[int, _Candidate] = {}
-    for site in sites:
-        if _late(site, uncertainty.get(site.gid)):
+    for site in site_lateness(connection, groups):
+        if _late(site, site.group_uncertainty_ns):
             late.setdefault(site.rank, _Candidate(rank=site.rank)).sites.append(site)
-    with_collectives = {_key(group) for group in {s.gid: s.group for s in sites}.values()}
+    with_collectives = {
+        keys.get(gid) or (str(gid), ())
+        for (gid,) in connection.execute("SELECT DISTINCT gid FROM arrival").fetchall()
+    }
     # a rank's nearest peers are its smallest group: lateness of its own shows there, where
     # lateness it inherited (it waited for someone elsewhere) moves the group as a block
     nearest: dict[int, int] = {}
@@ -255,9 +252,9 @@ def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef
         for rank in group[1]:
             nearest[rank] = min(nearest.get(rank, len(group[1])), len(group[1]))
     near = {rank for rank, c in late.items() if c.smallest_group() == nearest.get(rank)}
-    named = _origins(late, near, list(by_members), with_collectives)
+    named = _origins(late, near, list(dict.fromkeys(keys.values())), with_collectives, keys)
     _detail(connection, [s for rank in named for s in late[rank].sites])
-    findings = [_finding(late[rank], sites, uncertainty) for rank in sorted(named)]
+    findings = [_finding(late[rank]) for rank in sorted(named)]
     # the costliest first: the one whose cure would speed the job up the most
     findings.sort(key=_time_lost, reverse=True)
     return findings
@@ -297,6 +294,7 @@ def _origins(
     near: set[int],
     groups: list[GroupKey],
     with_collectives: set[GroupKey],
+    keys: dict[int, GroupKey],
 ) -> set[int]:
     """Of the late ranks ``near`` (late among their nearest peers), those whose lateness
     is their own.
@@ -305,35 +303,61 @@ def _origins(
     group with, where ``q`` is not late: one where ``r`` is (``q`` waited for it there),
     or one without collectives to judge (a pipeline's sends and receives, where ``q``
     waits for ``r``'s activations). Of two ranks that could each have inherited from the
-    other, the one late in the smaller group, then the one later by more, is the origin."""
-    late_in: dict[GroupKey, list[int]] = {}
-    of_rank: dict[int, list[GroupKey]] = defaultdict(list)
-    for group in groups:
+    other, the one late in the smaller group, then the one later by more, is the origin.
+
+    ``keys``: the analyzer's group keys by group id. The ranks a rank could have inherited
+    from are never listed: with thousands of late ranks in one large group, those lists
+    held millions of ranks (0.9 s at 8,192 ranks, and quadratic). A rank is an origin when
+    no rank it could have inherited from ranks above it (each group's two highest say so)
+    and each of those could have inherited from it."""
+    # groups by position: a key holds its members, and hashing thousands of ranks at
+    # every set lookup would cost more than the rest
+    index = {group: i for i, group in enumerate(groups)}
+    of_gid = {gid: index.get(key) for gid, key in keys.items()}
+    judged = {index[group] for group in with_collectives if group in index}
+    late_in: dict[int, list[int]] = {}
+    of_rank: dict[int, list[int]] = defaultdict(list)
+    for i, group in enumerate(groups):
         members = [rank for rank in group[1] if rank in late]
         if members:
-            late_in[group] = members
+            late_in[i] = members
             for rank in members:
-                of_rank[rank].append(group)
-    flagged = {rank: {_key(s.group) for s in c.sites} for rank, c in late.items()}
-    explained: dict[int, set[int]] = {}
+                of_rank[rank].append(i)
+    # (a site of a group the analyzer does not know is in none of ``groups``)
+    flagged = {rank: {of_gid.get(s.gid) for s in c.sites} - {None} for rank, c in late.items()}
+    # a group's late members that a member on time there could have inherited from
+    sources = {
+        i: {o for o in members if i in flagged[o] or i not in judged}
+        for i, members in late_in.items()
+    }
+    # where each rank could have inherited: its groups where it is on time
+    inherits_in = {rank: [i for i in of_rank[rank] if i not in flagged[rank]] for rank in late}
+    order = {rank: _origin_key(candidate) for rank, candidate in late.items()}
+    # per group, its two sources that rank highest: the highest other than any one rank
+    top = {
+        i: sorted(members, key=order.__getitem__, reverse=True)[:2]
+        for i, members in sources.items()
+    }
 
-    def explained_by(rank: int) -> set[int]:
-        if rank not in explained:
-            explained[rank] = {
-                other
-                for group in of_rank[rank]
-                if group not in flagged[rank]
-                for other in late_in[group]
-                if other != rank and (group in flagged[other] or group not in with_collectives)
-            }
-        return explained[rank]
+    def outranks_all(rank: int) -> bool:
+        for group in inherits_in[rank]:
+            best = next((other for other in top[group] if other != rank), None)
+            if best is not None and not order[rank] > order[best]:
+                return False
+        return True
+
+    def could_inherit(rank: int, source: int) -> bool:
+        return rank != source and any(source in sources[g] for g in inherits_in[rank])
 
     return {
         rank
         for rank in near
-        if all(
-            rank in explained_by(o) and _origin_key(late[rank]) > _origin_key(late[o])
-            for o in explained_by(rank)
+        if outranks_all(rank)
+        and all(
+            could_inherit(other, rank)
+            for group in inherits_in[rank]
+            for other in sources[group]
+            if other != rank
         )
     }
 
@@ -438,9 +462,7 @@ class StragglerEvidence(base.Evidence):
         return self.text
 
 
-def _finding(
-    candidate: _Candidate, sites: list[SiteLateness], uncertainty: dict[int, int | None]
-) -> Finding:
+def _finding(candidate: _Candidate) -> Finding:
     rank = candidate.rank
     # the site where the rank costs the most: the one the finding is about
     main = max(candidate.sites, key=lambda s: (s.lost_ns, s.excess_ns))
@@ -450,7 +472,7 @@ def _finding(
     # issue times carry the waits its own lateness caused
     smallest = candidate.smallest_group()
     side = _side([s for s in candidate.sites if len(s.group.ranks or ()) == smallest])
-    unc = uncertainty.get(main.gid)
+    unc = main.group_uncertainty_ns
     summary = (
         f"rank {rank} is late to {main.op} in {main.group.label()}: last in"
         f" {main.last} of {main.collectives} collectives, {_ms(main.p50_ns):g} ms after the"
