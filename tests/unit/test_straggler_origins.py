@@ -112,7 +112,7 @@ def test_origins_agree_with_their_definition_on_random_meshes() -> None:
         groups += [list(range(t, world, tp)) for t in range(tp)]  # dp groups
         late, near, keys_list, with_collectives, keys = _case(rng, world, groups)
         expected = _reference(late, near, keys_list, with_collectives)
-        assert _origins(late, near, keys_list, with_collectives, keys) == expected
+        assert _origins(late, near, with_collectives, keys) == expected
         named += len(expected)
     assert named > 50, "the cases name origins, not only nobody"
 
@@ -141,4 +141,4 @@ def test_origins_of_thousands_of_late_ranks_in_one_group() -> None:
     near = set(late)
     groups = list(keys.values())
     expected = _reference(late, near, groups, with_collectives)
-    assert _origins(late, near, groups, with_collectives, keys) == expected
+    assert _origins(late, near, with_collectives, keys) == expected

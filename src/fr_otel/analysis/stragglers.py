@@ -214,7 +214,7 @@ def site_lateness(
     return result
 
 
-def _late(site: SiteLateness, uncertainty_ns: int | None) -> bool:
+def _late(site: SiteLateness) -> bool:
     if site.collectives < MIN_COLLECTIVES or site.above < CONSISTENCY * site.collectives:
         return False
     if site.excess_ns < MIN_EXCESS_NS:
@@ -222,8 +222,8 @@ def _late(site: SiteLateness, uncertainty_ns: int | None) -> bool:
     # issue times compare clocks: never name a rank within their uncertainty
     if (
         site.basis == "issue"
-        and uncertainty_ns is not None
-        and site.excess_ns <= CLOCK_MARGIN * uncertainty_ns
+        and site.group_uncertainty_ns is not None
+        and site.excess_ns <= CLOCK_MARGIN * site.group_uncertainty_ns
     ):
         return False
     p_value = _p_value(site.above, site.collectives)
@@ -239,7 +239,7 @@ def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef
     keys = {gid: _key(group) for gid, group in groups.items()}
     late: dict[int, _Candidate] = {}
     for site in site_lateness(connection, groups):
-        if _late(site, site.group_uncertainty_ns):
+        if _late(site):
             late.setdefault(site.rank, _Candidate(rank=site.rank)).sites.append(site)
     with_collectives = {
         keys.get(gid) or (str(gid), ())
@@ -252,7 +252,7 @@ def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef
         for rank in group[1]:
             nearest[rank] = min(nearest.get(rank, len(group[1])), len(group[1]))
     near = {rank for rank, c in late.items() if c.smallest_group() == nearest.get(rank)}
-    named = _origins(late, near, list(dict.fromkeys(keys.values())), with_collectives, keys)
+    named = _origins(late, near, with_collectives, keys)
     _detail(connection, [s for rank in named for s in late[rank].sites])
     findings = [_finding(late[rank]) for rank in sorted(named)]
     # the costliest first: the one whose cure would speed the job up the most
@@ -292,7 +292,6 @@ def _key(group: GroupRef) -> GroupKey:
 def _origins(
     late: dict[int, _Candidate],
     near: set[int],
-    groups: list[GroupKey],
     with_collectives: set[GroupKey],
     keys: dict[int, GroupKey],
 ) -> set[int]:
@@ -305,13 +304,14 @@ def _origins(
     waits for ``r``'s activations). Of two ranks that could each have inherited from the
     other, the one late in the smaller group, then the one later by more, is the origin.
 
-    ``keys``: the analyzer's group keys by group id. The ranks a rank could have inherited
+    ``keys``: the analyzer's groups' keys by group id. The ranks a rank could have inherited
     from are never listed: with thousands of late ranks in one large group, those lists
     held millions of ranks (0.9 s at 8,192 ranks, and quadratic). A rank is an origin when
     no rank it could have inherited from ranks above it (each group's two highest say so)
     and each of those could have inherited from it."""
     # groups by position: a key holds its members, and hashing thousands of ranks at
     # every set lookup would cost more than the rest
+    groups = list(dict.fromkeys(keys.values()))
     index = {group: i for i, group in enumerate(groups)}
     of_gid = {gid: index.get(key) for gid, key in keys.items()}
     judged = {index[group] for group in with_collectives if group in index}
