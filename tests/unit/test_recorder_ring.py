@@ -227,6 +227,55 @@ def test_started_finds_the_running_records_across_the_wrap(tmp_path: Path, windo
     ]
 
 
+@pytest.mark.parametrize("decoder", ["numpy", "struct"])
+@pytest.mark.parametrize("first", [0, 9, 20, 27, 40])
+def test_collective_keys_across_the_wrap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str, first: int
+) -> None:
+    """Each group's (is p2p, seq) of the records the ring still holds from ``first``, by
+    either decoder: numpy's arrays, or struct where numpy is not installed."""
+    if decoder == "struct":
+        monkeypatch.setattr("fr_otel.recorder.ring.slot_dtype", lambda: None)
+    writer = _writer(tmp_path, capacity=11)
+    try:
+        default = writer.intern_group("g", GROUP)
+        sub = writer.intern_group("s", SUBGROUP)
+        reduce_sig = writer.intern_signature("r", ALL_REDUCE)
+        send_sig = writer.intern_signature("p", SEND)
+        rows: list[tuple[int, ...]] = []
+        for i in range(31):  # the ring wraps twice; records 20..30 remain
+            group = sub if i % 3 == 0 else default
+            p2p = i % 5 == 0
+            state = EMPTY if i == 25 else (STARTED if i % 4 else COMPLETED)
+            rows.append(
+                (
+                    group,
+                    100 + i,
+                    500 + i if p2p else 0,
+                    send_sig if p2p else reduce_sig,
+                    -1,
+                    2 if p2p else -1,
+                    1_000 + i,
+                    0,
+                    state,
+                )
+            )
+        writer.append(rows)
+        found = writer.collective_keys(first, writer.next_record)
+    finally:
+        writer.close()
+    expected: dict[int, list[tuple[bool, int]]] = {}
+    for record, (group, seq, p2p_seq, _, _, peer, _, _, state) in enumerate(rows):
+        if record >= max(first, 20) and state != EMPTY:
+            expected.setdefault(group, []).append((peer >= 0, p2p_seq if peer >= 0 else seq))
+    assert {g: sorted(keys) for g, keys in found.items()} == {
+        g: sorted(keys) for g, keys in expected.items()
+    }
+    if first <= 20:
+        assert (False, 125) not in found[default] + found[sub]  # the slot still empty
+        assert (True, 520) in found[default]  # a send: its own sequence number
+
+
 def test_empty_ring_reads_as_no_slots(tmp_path: Path) -> None:
     writer = _writer(tmp_path, capacity=3)
     writer.close()

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from itertools import pairwise
+from itertools import pairwise, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -357,7 +357,7 @@ class FrMirror:
         for name, count in stale.items():
             hooked = self._hooked.get(name, set())
             start = self._read_upto.get(name, 0)
-            if any((False, seq) not in hooked for seq in range(start + 1, count + 1)):
+            if not hooked.issuperset(zip(repeat(False), range(start + 1, count + 1))):
                 return True
             self._read_upto[name] = count
         return False
@@ -426,10 +426,10 @@ class FrMirror:
         if end == self._cursor:
             return
         names = self.main.group_names()
-        for group, is_p2p, seq in self.main.collective_keys(self._cursor, end):
+        for group, keys in self.main.collective_keys(self._cursor, end).items():
             name = names.get(group)
             if name is not None:
-                self._hooked.setdefault(name, set()).add((is_p2p, seq))
+                self._hooked.setdefault(name, set()).update(keys)
         self._cursor = end
 
     def read(self) -> str | None:

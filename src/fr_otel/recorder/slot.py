@@ -11,9 +11,10 @@ slots written at the wrong place.
 
 from __future__ import annotations
 
+import functools
 import struct
 from operator import itemgetter
-from typing import Final
+from typing import Any, Final
 
 FIELDS: Final = (
     ("record", "q"),
@@ -67,6 +68,26 @@ def layout() -> dict[str, int]:
         "started": STARTED,
         "completed": COMPLETED,
     }
+
+
+@functools.cache
+def slot_dtype() -> Any | None:
+    """The slot as a numpy structured dtype (``SLOT``'s fields at their offsets), for
+    readers that decode many slots at once; None where numpy is not installed (torch runs
+    without it; fr_otel's torch extra brings it)."""
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    formats = {"q": "<i8", "i": "<i4", "b": "i1"}
+    return np.dtype(
+        {
+            "names": [name for name, _ in FIELDS],
+            "formats": [formats[code] for _, code in FIELDS],
+            "offsets": [OFFSETS[name] for name, _ in FIELDS],
+            "itemsize": SLOT_SIZE,
+        }
+    )
 
 
 RECORD_OF: Final = itemgetter(0)
