@@ -24,16 +24,20 @@ FROM (
         -- the user's call site, as a hash: findings fetch the text of the few they show
         CASE WHEN call_site IS NOT NULL THEN hash(call_site) END AS site,
         -- the fingerprint that must agree across a group; ops whose sizes legitimately
-        -- differ across ranks (all_to_all, gather, scatter) leave sizes out of it
-        hash(
-            op,
-            CASE WHEN list_contains($variable_size_ops, op) THEN NULL ELSE input_sizes END,
-            CASE WHEN list_contains($variable_size_ops, op) THEN NULL ELSE output_sizes END,
-            dtypes_in, dtypes_out
-        ) AS h,
-        hash(dtypes_in, dtypes_out) AS hd,
-        list_sum(list_transform(input_sizes, lambda s: list_product(s)))::BIGINT AS in_numel,
-        list_sum(list_transform(output_sizes, lambda s: list_product(s)))::BIGINT AS out_numel,
+        -- differ across ranks (all_to_all, gather, scatter) leave sizes out of it. Each
+        -- branch yields a hash, never a list: a CASE over lists copied every row's list
+        -- (0.05-0.08 CPU-s at 256 ranks x 2,000 entries), and hashing hd reads no dtype
+        -- list twice
+        CASE WHEN variable_size THEN hash(op, NULL, NULL, hd)
+             ELSE hash(op, input_sizes, output_sizes, hd) END AS h,
+        hd,
+        -- most collectives move one tensor: its product needs no lambda
+        CASE WHEN len(input_sizes) = 1 THEN list_product(input_sizes[1])::BIGINT
+             ELSE list_sum(list_transform(input_sizes, lambda s: list_product(s)))::BIGINT
+             END AS in_numel,
+        CASE WHEN len(output_sizes) = 1 THEN list_product(output_sizes[1])::BIGINT
+             ELSE list_sum(list_transform(output_sizes, lambda s: list_product(s)))::BIGINT
+             END AS out_numel,
         len(input_sizes) AS in_tensors,
         len(output_sizes) AS out_tensors,
         input_sizes = output_sizes AS sizes_equal,
@@ -50,13 +54,15 @@ FROM (
             -- scatter's input list exists only on its source, gather's output list only on
             -- its destination: their other ranks record no tensor and so no dtype. Those ops
             -- compare the set of dtypes they moved, whichever side recorded them.
-            CASE WHEN list_contains($variable_size_ops, op)
-                 THEN list_sort(list_distinct(list_concat(input_dtypes, output_dtypes)))
-                 ELSE input_dtypes END AS dtypes_in,
-            CASE WHEN list_contains($variable_size_ops, op) THEN NULL
-                 ELSE output_dtypes END AS dtypes_out
-        FROM src
-        WHERE job = $job AND incident = $incident
+            CASE WHEN variable_size
+                 THEN hash(list_sort(list_distinct(list_concat(input_dtypes, output_dtypes))),
+                           NULL)
+                 ELSE hash(input_dtypes, output_dtypes) END AS hd
+        FROM (
+            SELECT *, list_contains($variable_size_ops, op) AS variable_size
+            FROM src
+            WHERE job = $job AND incident = $incident
+        )
     )
 );
 
