@@ -80,14 +80,17 @@ def _create_groups(
 def analyze_connection(
     connection: duckdb.DuckDBPyConnection, incident: Incident, manifest: Manifest | None = None
 ) -> Analysis:
-    """Analyse ``incident`` in a connection whose ``src`` view holds canonical rows.
+    """Analyse ``incident`` in a connection whose ``src`` and ``src_rows`` views hold
+    canonical rows (``source.register_archive``).
 
     ``manifest`` (the incident's ``_incident.json``) saves re-deriving group membership
     from every row and names ranks whose dump held no entry.
     """
     by_name = _create_groups(connection, incident, manifest)
     params = {"job": incident.job, "incident": incident.incident}
-    text = {"gid": group_key(by_name)}
+    # where names identify groups, the first pass reads no member list: src_rows, whose
+    # plan lacks src's subquery that fills them in (source.register_archive)
+    text = {"gid": group_key(by_name), "rows": "src_rows" if by_name else "src"}
     first, *rest = sql_files()
     run_file(connection, first, params, text)
     members.complete_groups(connection, {**CONSTANTS, **params})

@@ -123,7 +123,9 @@ def register_archive(
     members: RankMembers | None = None,
 ) -> CheckedFiles:
     """Make ``src`` a view over the rows of ``archive`` (of one incident when ``only``),
-    in the current canonical schema. Columns that older files lack read as NULL.
+    in the current canonical schema. Columns that older files lack read as NULL. The view
+    ``src_rows`` holds the same rows with ``pg_ranks`` only as the files hold it (see
+    ``members``), for readers that need no member lists.
 
     Files that cannot be read are left out, listed in the returned ``problems`` and in
     the temporary table ``unusable_files`` (job, incident, rank, path, problem, detail).
@@ -177,6 +179,9 @@ def register_archive(
         scan = _scan(files, union=len({f.columns for f in checked.good}) > 1)
     connection.execute(f"CREATE OR REPLACE VIEW src_files AS SELECT * FROM {scan}")
     connection.execute(f"CREATE OR REPLACE VIEW src AS {_canonical(connection, 'src_files')}")
+    connection.execute(
+        f"CREATE OR REPLACE VIEW src_rows AS {_canonical(connection, 'src_files', members=False)}"
+    )
     files_table = pa.table(
         {
             "job": pa.array([f.job for f in checked.good], pa.string()),
@@ -293,11 +298,16 @@ def _register_members(connection: duckdb.DuckDBPyConnection, members: _RankGroup
     _copy_table(connection, "src_rank_groups", rank_groups)
 
 
-def _canonical(connection: duckdb.DuckDBPyConnection, relation: str) -> str:
+def _canonical(
+    connection: duckdb.DuckDBPyConnection, relation: str, *, members: bool = True
+) -> str:
     """SELECT of ``relation``'s rows in the current schema (what it lacks as NULL, but
-    ``pg_ranks`` from ``src_rank_groups`` when there is one: ``_register_members``)."""
+    ``pg_ranks`` from ``src_rank_groups`` when there is one: ``_register_members``).
+    ``members=False``: ``pg_ranks`` only as the files hold it, for a reader that never
+    reads the column (``src_rows``): DuckDB keeps the scalar subquery that fills it in the
+    plan of every scan, read or not."""
     present = {row[0] for row in connection.execute(f"DESCRIBE {relation}").fetchall()}
-    members = bool(
+    members = members and bool(
         connection.execute(
             "SELECT 1 FROM duckdb_tables() WHERE table_name = 'src_rank_groups' AND NOT temporary"
         ).fetchall()

@@ -60,7 +60,7 @@ FROM (
                  ELSE hash(input_dtypes, output_dtypes) END AS hd
         FROM (
             SELECT *, list_contains($variable_size_ops, op) AS variable_size
-            FROM src
+            FROM {rows}
             WHERE job = $job AND incident = $incident
         )
     )
