@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,7 +51,9 @@ from fr_otel.errors import ArchiveError, DumpError, IncidentChoiceError
 from fr_otel.schema import RECORD_SCHEMA, SCHEMA_VERSION_KEY
 
 if TYPE_CHECKING:  # the importer itself is loaded only to import dumps
-    from fr_otel.archive.importer import RankMembers
+    from fr_otel.archive.importer import ImportReport, RankMembers
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -447,6 +450,46 @@ compressing its tables. The analysis's tables live for one command: a checkpoint
 8,192 ranks, where peak RSS stayed the same (3.37 against 3.36 GB)."""
 
 
+def _import_for_analysis(
+    stack: contextlib.ExitStack, path: Path, job: str | None, incident: str | None
+) -> tuple[Path, ImportReport]:
+    """Import the dumps at ``path`` into a temporary archive that ``stack`` removes: in
+    memory where they fit (``scratch.memory_folder``); if that import cannot write there
+    (the folder filled up meanwhile), again in the system's temporary folder."""
+    memory = scratch.memory_folder([path])
+    if memory is not None:
+        try:
+            return _import_into(stack, memory, path, job, incident)
+        except ArchiveError as exc:
+            logger.warning("%s; importing %s into the temporary folder instead", exc, path)
+    return _import_into(stack, None, path, job, incident)
+
+
+def _import_into(
+    stack: contextlib.ExitStack,
+    folder: Path | None,
+    path: Path,
+    job: str | None,
+    incident: str | None,
+) -> tuple[Path, ImportReport]:
+    from fr_otel.archive import import_dumps
+
+    with contextlib.ExitStack() as attempt:
+        archive = Path(
+            attempt.enter_context(tempfile.TemporaryDirectory(prefix="fr-otel-", dir=folder))
+        )
+        report = import_dumps(
+            [path],
+            archive=archive,
+            job=job,
+            incident=incident,
+            members_in_files=False,
+            scratch_files=True,
+        )
+        stack.push(attempt.pop_all())  # kept, and removed with the analysis
+    return archive, report
+
+
 @contextlib.contextmanager
 def open_source(
     path: str | Path,
@@ -472,17 +515,7 @@ def open_source(
         if is_archive(path):
             archive = path
         else:
-            from fr_otel.archive import import_dumps
-
-            archive = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fr-otel-")))
-            report = import_dumps(
-                [path],
-                archive=archive,
-                job=job,
-                incident=incident,
-                members_in_files=False,
-                scratch_files=True,
-            )
+            archive, report = _import_for_analysis(stack, path, job, incident)
             members = report.members
             problems = report.problems
             if not report.files_written:
