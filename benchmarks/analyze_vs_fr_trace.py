@@ -346,7 +346,10 @@ import duckdb
 
 archive, columns = sys.argv[1], sys.argv[2]
 files = archive.replace("'", "''") + "/job=*/incident=*/*.parquet"
-rows, _ = duckdb.connect().execute(
+connection = duckdb.connect()
+# no progress bar: it shares stdout, whose last line says what was read
+connection.execute("SET enable_progress_bar = false")
+rows, _ = connection.execute(
     f"SELECT count(*), sum(hash({columns})) FROM read_parquet('{files}')"
 ).fetchone()
 print(f"{rows} rows")
