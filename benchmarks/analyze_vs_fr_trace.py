@@ -710,34 +710,27 @@ def _speedups(rows: list[Row], world: int) -> tuple[list[str], float | None]:
     return parts, speedup
 
 
-def _floor_ratio(rows: list[Row], world: int) -> tuple[str, float | None]:
-    """fr-otel end-to-end wall / the floor's wall, as printed, and the ratio."""
-    ours_row, floor_row = _find(rows, world, OURS_E2E), _find(rows, world, FLOOR)
+def _floor_ratio(
+    rows: list[Row],
+    world: int,
+    ours_tool: str = OURS_E2E,
+    floor_tool: str = FLOOR,
+    label: str = "floor",
+) -> tuple[str, float | None]:
+    """``ours_tool``'s wall / ``floor_tool``'s wall (called ``label``), as printed, and
+    the ratio."""
+    ours_row, floor_row = _find(rows, world, ours_tool), _find(rows, world, floor_tool)
     ours, floor = _ok_run(ours_row), _ok_run(floor_row)
     if floor is None or floor_row is None:
-        return "floor n/a (it did not read every dump)", None
-    said = f"floor {floor.wall_s:.2f} s, {floor.peak_mb:.0f} MB peak RSS"
+        return f"{label} n/a (it did not read everything)", None
+    said = f"{label} {floor.wall_s:.2f} s, {floor.peak_mb:.0f} MB peak RSS"
     if ours is None or ours_row is None:
         return said + "; fr-otel gave no verdict", None
     ratio = ours.wall_s / floor.wall_s
     pairs = list(zip(ours_row.walls, floor_row.walls, strict=False))
     if len(pairs) > 1:
         said += "; fastest of each; round by round " + ", ".join(f"{o / f:.2f}x" for o, f in pairs)
-    return f"{ratio:.2f}x the floor ({said})", ratio
-
-
-def _read_floor_said(rows: list[Row], world: int) -> str:
-    """The re-analysis beside the archive's read floor, to append to its goal line."""
-    ours_row, floor_row = _find(rows, world, OURS_ARCHIVE), _find(rows, world, READ_FLOOR)
-    ours, floor = _ok_run(ours_row), _ok_run(floor_row)
-    if ours is None or ours_row is None or floor is None or floor_row is None:
-        return " (read floor n/a)"
-    pairs = list(zip(ours_row.walls, floor_row.walls, strict=False))
-    rounds = ", ".join(f"{o / f:.2f}x" for o, f in pairs)
-    return (
-        f" ({ours.wall_s / floor.wall_s:.2f}x the archive's read floor, {floor.wall_s:.2f} s;"
-        f" round by round {rounds})"
-    )
+    return f"{ratio:.2f}x the {label} ({said})", ratio
 
 
 def report(rows: list[Row], sizes: list[int], big: bool, skip_fr_trace: bool) -> list[str]:
@@ -801,7 +794,8 @@ def report(rows: list[Row], sizes: list[int], big: bool, skip_fr_trace: bool) ->
             out.append(f"{goal} NOT met (no successful run)")
             continue
         verdict = "met" if run.wall_s < REANALYSIS_GOAL_S else "NOT met"
-        out.append(f"{goal} {run.wall_s:.2f} s -> {verdict}{_read_floor_said(rows, world)}")
+        said, _ = _floor_ratio(rows, world, OURS_ARCHIVE, READ_FLOOR, "read floor")
+        out.append(f"{goal} {run.wall_s:.2f} s -> {verdict} ({said})")
     goal = (
         f"  {BIG_WORLD}x{ENTRIES}: end to end < {BIG_WALL_GOAL_S:.0f} s and"
         f" < {BIG_RSS_GOAL_MB / 1024:.0f} GB peak RSS"
