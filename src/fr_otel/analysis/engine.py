@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 
-from fr_otel.analysis import divergence, members, rootcause, rules, snapshots, stragglers, waits
+from fr_otel.analysis import (
+    divergence,
+    members,
+    prepared,
+    rootcause,
+    rules,
+    snapshots,
+    stragglers,
+    waits,
+)
 from fr_otel.analysis.divergence import SlotEvidence
 from fr_otel.analysis.findings import Analysis, Finding, GroupRef, rank_list, resolve_entries
 from fr_otel.analysis.source import Incident, rows_of_ranks
-from fr_otel.analysis.sqlfiles import CONSTANTS, group_key, run_file, sql_files
+from fr_otel.analysis.sqlfiles import CONSTANTS, group_key, rendered, run_file, sql_files
 from fr_otel.analysis.waits import P2PEvidence, SilentEvidence
 from fr_otel.archive.manifest import Manifest
 
@@ -77,27 +88,71 @@ def _create_groups(
     return by_name
 
 
+def _first_pass(
+    connection: duckdb.DuckDBPyConnection,
+    params: dict[str, str],
+    text: dict[str, str],
+    entries_folder: Path | None,
+) -> None:
+    """The first pass's ``e``: loaded from the incident's prepared entries in
+    ``entries_folder`` where they are current, else made (and kept there)."""
+    first = sql_files()[0]
+    kept = None
+    if entries_folder is not None:
+        kept = prepared.prepared_entries(
+            connection, entries_folder, rendered(first, text), {**CONSTANTS, **params}
+        )
+    if kept is None or not prepared.load(connection, kept):
+        run_file(connection, first, params, text)
+        if kept is not None:
+            prepared.save(connection, kept)
+    run_file(connection, "dumped.sql", params)
+
+
+def _first_pass_text(by_name: bool) -> dict[str, str]:
+    # where names identify groups, the first pass reads no member list: src_rows, whose
+    # plan lacks src's subquery that fills them in (source.register_archive)
+    return {"gid": group_key(by_name), "rows": "src_rows" if by_name else "src"}
+
+
+def prepare_entries(
+    connection: duckdb.DuckDBPyConnection,
+    incident: Incident,
+    manifest: Manifest | None,
+    entries_folder: Path,
+) -> None:
+    """Make the incident's prepared entries in ``entries_folder`` unless they are current
+    (``prepared``): what ``fr-otel import`` leaves, so that the first analysis is as fast
+    as the next."""
+    by_name = _create_groups(connection, incident, manifest)
+    params = {"job": incident.job, "incident": incident.incident}
+    _first_pass(connection, params, _first_pass_text(by_name), entries_folder)
+
+
 def analyze_connection(
-    connection: duckdb.DuckDBPyConnection, incident: Incident, manifest: Manifest | None = None
+    connection: duckdb.DuckDBPyConnection,
+    incident: Incident,
+    manifest: Manifest | None = None,
+    *,
+    entries_folder: Path | None = None,
 ) -> Analysis:
     """Analyse ``incident`` in a connection whose ``src`` and ``src_rows`` views hold
     canonical rows (``source.register_archive``).
 
     ``manifest`` (the incident's ``_incident.json``) saves re-deriving group membership
-    from every row and names ranks whose dump held no entry.
+    from every row and names ranks whose dump held no entry. ``entries_folder``: the
+    incident's folder in an archive, where the first pass's result is kept and reused
+    (``prepared``).
     """
     by_name = _create_groups(connection, incident, manifest)
     params = {"job": incident.job, "incident": incident.incident}
-    # where names identify groups, the first pass reads no member list: src_rows, whose
-    # plan lacks src's subquery that fills them in (source.register_archive)
-    text = {"gid": group_key(by_name), "rows": "src_rows" if by_name else "src"}
-    first, *rest = sql_files()
-    run_file(connection, first, params, text)
+    text = _first_pass_text(by_name)
+    _first_pass(connection, params, text, entries_folder)
     members.complete_groups(connection, {**CONSTANTS, **params})
     reading = None
     if snapshots.is_snapshot(incident.incident, manifest):
         reading = snapshots.read_snapshot(connection)
-    for name in rest:
+    for name in sql_files()[1:]:
         run_file(connection, name, params, text)
 
     groups = _groups(connection)

@@ -74,7 +74,10 @@ class Session:
         if self._analysis is None:
             source = self.source
             analysis = engine.analyze_connection(
-                source.connection, source.incident, source.manifest
+                source.connection,
+                source.incident,
+                source.manifest,
+                entries_folder=source.entries_folder,
             )
             analysis.input_problems = [
                 {"path": p.path, "problem": p.problem, "detail": p.detail}
@@ -131,3 +134,15 @@ def analyze(
     """Analyse an archive, or dumps imported on the fly (see ``open_source``)."""
     with open_session(path, job=job, incident=incident, memory_limit=memory_limit) as session:
         return session.analysis
+
+
+def prepare_incident(
+    archive: str | Path, *, job: str, incident: str, memory_limit: str | None = None
+) -> None:
+    """Keep the first pass's result beside the incident's rank files (``prepared``),
+    unless it is there and current, so that its first analysis is as fast as the next."""
+    with open_source(archive, job=job, incident=incident, memory_limit=memory_limit) as source:
+        if source.entries_folder is not None:
+            engine.prepare_entries(
+                source.connection, source.incident, source.manifest, source.entries_folder
+            )

@@ -423,6 +423,9 @@ class Source:
     files of the archive that could not be read (their ranks count as without a dump)."""
     manifest: Manifest | None = None
     """The incident's manifest, when the archive has one."""
+    entries_folder: Path | None = None
+    """Where the first pass's result may be kept and reused (``prepared``): the
+    incident's folder when the source is an archive whose every file could be read."""
 
 
 def connect(
@@ -512,7 +515,8 @@ def open_source(
         written: list[RankFile] | None = None
         members: RankMembers | None = None
         chosen: Incident | None = None
-        if is_archive(path):
+        in_archive = is_archive(path)
+        if in_archive:
             archive = path
         else:
             archive, report = _import_for_analysis(stack, path, job, incident)
@@ -561,9 +565,12 @@ def open_source(
         manifest = read_manifest(archive, chosen.job, chosen.incident)
         if manifest is not None:
             manifest = without_ranks(manifest, checked.unusable_ranks(chosen.job, chosen.incident))
+        # an analysis retried with every page decoded reads every row itself
+        keep = in_archive and not checked.problems and not pages_verified()
         yield Source(
             connection=connection,
             incident=chosen,
             import_problems=problems + checked.problems,
             manifest=manifest,
+            entries_folder=partition_dir(archive, chosen.job, chosen.incident) if keep else None,
         )

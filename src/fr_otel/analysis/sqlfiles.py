@@ -2,11 +2,12 @@
 
 Every table the analysis builds is made by one of these files: the passes that run in
 order (``NN_name.sql``) and the ones the analysis picks from (``groups_from_rows.sql``,
-``groups_from_manifest.sql``, the snapshot's ``snapshot_frontier.sql``, the views of
-``fr-otel sql``), which ``run_file`` runs; ``query_file`` runs the queries whose rows
-Python reads back (``site_lateness.sql``), and ``fragment`` hands out the pieces Python
-puts together (the arrival rows, ``arrival.sql``, over one of two ``coll`` CTEs and the
-clock offsets' ``clock.sql``). Each statement the first two run is logged at DEBUG level
+``groups_from_manifest.sql``, ``dumped.sql`` after the first pass, made or loaded, the
+snapshot's ``snapshot_frontier.sql``, the views of ``fr-otel sql``), which ``run_file``
+runs; ``query_file`` runs the queries whose rows Python reads back
+(``site_lateness.sql``), and ``fragment`` hands out the pieces Python puts together (the
+arrival rows, ``arrival.sql``, over one of two ``coll`` CTEs and the clock offsets'
+``clock.sql``). Each statement the first two run is logged at DEBUG level
 (``-vv``) with the time it took, on the ``fr_otel.analysis.sql`` logger.
 """
 
@@ -114,10 +115,18 @@ def run_file(
     ``text``: SQL written in place of each ``{name}`` (what decides which columns a query
     reads, which a parameter cannot: DuckDB plans every branch of a CASE on one)."""
     prepare(connection)
+    for statement in rendered(name, text):
+        _execute(connection, name, statement, params)
+
+
+def rendered(name: str, text: dict[str, str] | None = None) -> list[str]:
+    """The statements of ``sql/<name>`` as ``run_file`` runs them, ``text`` written in."""
+    out = []
     for statement in statements(name):
         for key, value in (text or {}).items():
             statement = statement.replace("{" + key + "}", value)
-        _execute(connection, name, statement, params)
+        out.append(statement)
+    return out
 
 
 def query_file(

@@ -9,6 +9,7 @@ import click
 
 from fr_otel import config
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
+from fr_otel.errors import FrOtelError
 
 
 @click.command("import")
@@ -100,12 +101,32 @@ def import_(
     for path, warning in report.warnings:
         click.echo(f"fr-otel: {path}: warning: {warning}", err=True)
     click.echo(report.summary())
+    if report.files_written:
+        _prepare(report.archive, report.job, report.incidents)
     if report.swept:
         click.echo(
             f"fr-otel: removed {report.swept} file(s) an interrupted import had left", err=True
         )
     # nothing imported (no dumps, none with an entry): the input is unusable
     return EXIT_OK if report.ok and report.files_written else EXIT_BAD_INPUT
+
+
+def _prepare(archive: Path, job: str, incidents: list[str]) -> None:
+    """The incidents' first analysis pass, kept in the archive (``analysis.prepared``).
+    The import has succeeded whatever happens here: an analysis makes what is missing."""
+    import duckdb
+
+    from fr_otel.analysis.session import prepare_incident
+
+    for incident in incidents:
+        try:
+            prepare_incident(archive, job=job, incident=incident)
+        except (FrOtelError, duckdb.Error, OSError) as exc:
+            click.echo(
+                f"fr-otel: warning: {incident}: not prepared for analysis ({exc});"
+                " fr-otel analyze will read it all",
+                err=True,
+            )
 
 
 def _import_rings(

@@ -1,0 +1,209 @@
+"""The first pass's result kept in the archive (``analysis.prepared``): used only while
+current, never changing a verdict, and never in the way when it cannot be read or
+written."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fr_otel.analysis import analyze, open_session
+from fr_otel.analysis import prepared as prepared_module
+from fr_otel.analysis.session import prepare_incident
+from fr_otel.analysis.source import open_source
+from fr_otel.archive import import_dumps
+from fr_otel.archive.layout import partition_dir
+from fr_otel.cli import main
+from fr_otel.sim import FleetSpec, simulate, write_fleet
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+JOB, INCIDENT = "j", "i"
+
+
+def _fleet(tmp_path: Path, fault: str, name: str | None = None) -> Path:
+    out = tmp_path / (name or fault)
+    write_fleet(simulate(FleetSpec(world=8, entries=120, fault=fault, seed=3)), out)
+    return out
+
+
+def _import(dumps: Path, archive: Path) -> Path:
+    report = import_dumps([dumps], archive=archive, job=JOB, incident=INCIDENT)
+    assert report.files_written
+    return partition_dir(archive, JOB, INCIDENT)
+
+
+def _kept(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if prepared_module.is_prepared_file(p.name))
+
+
+def _traced_analysis(
+    archive: Path, caplog: pytest.LogCaptureFixture, **incident: str
+) -> tuple[dict[str, Any], list[str]]:
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="fr_otel.analysis.sql"):
+        verdict = analyze(archive, **incident).to_dict()
+    files = [r.getMessage().split(":")[0] for r in caplog.records if r.name.endswith(".sql")]
+    return verdict, files
+
+
+def test_import_keeps_the_first_pass_and_the_analysis_uses_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dumps = _fleet(tmp_path, "op_type_mismatch")
+    from_dumps = analyze(dumps).to_dict()
+    archive = tmp_path / "archive"
+    assert main(["import", str(dumps), "--archive", str(archive), "--job", JOB,
+                 "--incident", INCIDENT]) == 0  # fmt: skip
+    folder = partition_dir(archive, JOB, INCIDENT)
+    (kept,) = _kept(folder)
+    verdict, files = _traced_analysis(archive, caplog)
+    assert "01_entries.sql" not in files  # loaded, not made
+    assert "dumped.sql" in files and "02_slots.sql" in files
+    assert verdict["findings"] == from_dumps["findings"]
+    assert verdict["root_cause"] == from_dumps["root_cause"]
+    assert _kept(folder) == [kept]  # current: neither rewritten nor replaced
+
+
+def test_an_analysis_without_one_makes_it_and_both_verdicts_are_equal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = _import(_fleet(tmp_path, "missing_rank"), tmp_path / "archive")
+    assert _kept(folder) == []  # the library's import leaves the pass to the analysis
+    made, made_files = _traced_analysis(tmp_path / "archive", caplog)
+    assert "01_entries.sql" in made_files
+    assert len(_kept(folder)) == 1
+    loaded, loaded_files = _traced_analysis(tmp_path / "archive", caplog)
+    assert "01_entries.sql" not in loaded_files
+    assert loaded == made
+    assert any(f["kind"] == "missing_rank" for f in loaded["findings"])
+
+
+def test_the_loaded_table_is_the_made_one(tmp_path: Path) -> None:
+    folder = _import(_fleet(tmp_path, "size_mismatch"), tmp_path / "archive")
+    tables = []
+    for _ in range(2):  # made (and kept), then loaded
+        with open_session(tmp_path / "archive") as session:
+            session.analysis  # noqa: B018
+            # before the later passes changed it: the kept file is what the first made
+            tables.append(
+                session.connection.execute(
+                    f"SELECT * FROM read_parquet('{_kept(folder)[0]}') ORDER BY rank, record_id"
+                ).fetchall()
+            )
+            described = session.connection.execute("DESCRIBE e").fetchall()
+    assert tables[0] == tables[1] and len(tables[0]) == 8 * 120
+    assert ("gid", "UBIGINT") in [(c[0], c[1]) for c in described]
+
+
+def test_files_changed_since_make_it_stale(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    archive = tmp_path / "archive"
+    folder = _import(_fleet(tmp_path, "missing_rank"), archive)
+    prepare_incident(archive, job=JOB, incident=INCIDENT)
+    (old,) = _kept(folder)
+    # the same incident imported again from other dumps: every rank file replaced
+    _import(_fleet(tmp_path, "op_type_mismatch"), archive)
+    verdict, files = _traced_analysis(archive, caplog)
+    assert "01_entries.sql" in files
+    assert {f["kind"] for f in verdict["findings"]} == {
+        f["kind"] for f in analyze(tmp_path / "op_type_mismatch").to_dict()["findings"]
+    }
+    (new,) = _kept(folder)
+    assert new != old and not old.exists()
+
+
+def test_one_file_touched_makes_it_stale(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    archive = tmp_path / "archive"
+    folder = _import(_fleet(tmp_path, "none"), archive)
+    prepare_incident(archive, job=JOB, incident=INCIDENT)
+    rank_file = folder / "rank-000003.parquet"
+    stat = rank_file.stat()
+    os.utime(rank_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    _, files = _traced_analysis(archive, caplog)
+    assert "01_entries.sql" in files
+
+
+def test_a_damaged_one_is_made_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    archive = tmp_path / "archive"
+    folder = _import(_fleet(tmp_path, "skipped_collective"), archive)
+    reference = analyze(archive).to_dict()  # made and kept
+    (kept,) = _kept(folder)
+    kept.write_bytes(kept.read_bytes()[: kept.stat().st_size // 2])
+    verdict, files = _traced_analysis(archive, caplog)
+    assert "01_entries.sql" in files
+    assert verdict == reference
+    _, files = _traced_analysis(archive, caplog)  # written again, whole
+    assert "01_entries.sql" not in files
+
+
+def test_an_archive_it_cannot_be_written_to_is_analysed_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a read-only folder cannot be faked by permissions when tests run as root: the rename
+    # into place fails instead, as it would there (or on a full disk)
+    archive = tmp_path / "archive"
+    folder = _import(_fleet(tmp_path, "op_type_mismatch"), archive)
+    reference = analyze(tmp_path / "op_type_mismatch").to_dict()
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(prepared_module.os, "replace", refuse)
+    verdict = analyze(archive).to_dict()
+    assert verdict["findings"] == reference["findings"]
+    assert _kept(folder) == []
+    assert not [p for p in folder.iterdir() if p.name.startswith(".") and p.suffix == ".tmp"]
+
+
+def test_an_archive_with_a_damaged_rank_file_never_uses_one(tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    folder = _import(_fleet(tmp_path, "none"), archive)
+    with open_source(archive) as source:
+        assert source.entries_folder == folder
+    (folder / "rank-000002.parquet").write_bytes(b"PAR1 not a parquet file")
+    with open_source(archive) as source:
+        assert source.entries_folder is None
+    with open_session(archive) as session:
+        assert 2 in session.analysis.missing_dumps
+    assert _kept(folder) == []
+
+
+def test_dumps_are_never_kept(tmp_path: Path) -> None:
+    dumps = _fleet(tmp_path, "none")
+    with open_source(dumps) as source:
+        assert source.entries_folder is None
+
+
+FIXTURES = sorted(
+    p.name
+    for p in DATA_DIR.iterdir()
+    if (p / "scenario.json").is_file() or (p / "archive").is_dir()
+)
+
+
+@pytest.mark.parametrize("case", FIXTURES)
+def test_fixture_verdicts_are_the_same_made_or_loaded(
+    case: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    archive = tmp_path / "archive"
+    if (DATA_DIR / case / "archive").is_dir():
+        shutil.copytree(DATA_DIR / case / "archive", archive)
+        incidents = [
+            (p.parent.name.removeprefix("job="), p.name.removeprefix("incident="))
+            for p in archive.glob("job=*/incident=*")
+        ]
+    else:
+        report = import_dumps([DATA_DIR / case], archive=archive)
+        incidents = [(report.job, i) for i in report.incidents]
+    assert incidents
+    for job, incident in incidents:
+        made, made_files = _traced_analysis(archive, caplog, job=job, incident=incident)
+        loaded, loaded_files = _traced_analysis(archive, caplog, job=job, incident=incident)
+        assert "01_entries.sql" in made_files and "01_entries.sql" not in loaded_files
+        assert loaded == made
