@@ -1,6 +1,6 @@
-"""The first pass's result kept in the archive (``analysis.prepared``): used only while
-current, never changing a verdict, and never in the way when it cannot be read or
-written."""
+"""The first pass's result kept in the archive by ``fr-otel import``
+(``analysis.prepared``): used only while current, never changing a verdict, never written
+by an analysis, and never in the way when it cannot be read or written."""
 
 from __future__ import annotations
 
@@ -69,35 +69,38 @@ def test_import_keeps_the_first_pass_and_the_analysis_uses_it(
     assert _kept(folder) == [kept]  # current: neither rewritten nor replaced
 
 
-def test_an_analysis_without_one_makes_it_and_both_verdicts_are_equal(
+def test_an_analysis_without_one_runs_the_pass_and_writes_nothing(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    folder = _import(_fleet(tmp_path, "missing_rank"), tmp_path / "archive")
-    assert _kept(folder) == []  # the library's import leaves the pass to the analysis
-    made, made_files = _traced_analysis(tmp_path / "archive", caplog)
+    archive = tmp_path / "archive"
+    folder = _import(_fleet(tmp_path, "missing_rank"), archive)
+    before = sorted(p.name for p in folder.iterdir())
+    made, made_files = _traced_analysis(archive, caplog)
     assert "01_entries.sql" in made_files
+    assert sorted(p.name for p in folder.iterdir()) == before
+    prepare_incident(archive, job=JOB, incident=INCIDENT)
     assert len(_kept(folder)) == 1
-    loaded, loaded_files = _traced_analysis(tmp_path / "archive", caplog)
+    loaded, loaded_files = _traced_analysis(archive, caplog)
     assert "01_entries.sql" not in loaded_files
     assert loaded == made
     assert any(f["kind"] == "missing_rank" for f in loaded["findings"])
 
 
 def test_the_loaded_table_is_the_made_one(tmp_path: Path) -> None:
-    folder = _import(_fleet(tmp_path, "size_mismatch"), tmp_path / "archive")
-    tables = []
-    for _ in range(2):  # made (and kept), then loaded
-        with open_session(tmp_path / "archive") as session:
+    archive = tmp_path / "archive"
+    _import(_fleet(tmp_path, "size_mismatch"), archive)
+    tables, described = [], []
+    for prepared_first in (False, True):  # made, then loaded
+        if prepared_first:
+            prepare_incident(archive, job=JOB, incident=INCIDENT)
+        with open_session(archive) as session:
             session.analysis  # noqa: B018
-            # before the later passes changed it: the kept file is what the first made
-            tables.append(
-                session.connection.execute(
-                    f"SELECT * FROM read_parquet('{_kept(folder)[0]}') ORDER BY rank, record_id"
-                ).fetchall()
-            )
-            described = session.connection.execute("DESCRIBE e").fetchall()
-    assert tables[0] == tables[1] and len(tables[0]) == 8 * 120
-    assert ("gid", "UBIGINT") in [(c[0], c[1]) for c in described]
+            connection = session.connection
+            tables.append(connection.execute("SELECT * FROM e ORDER BY rank, record_id").fetchall())
+            described.append(connection.execute("DESCRIBE e").fetchall())
+    # repr: NaN durations (entries never started) are never equal to themselves
+    assert repr(tables[0]) == repr(tables[1]) and len(tables[0]) == 8 * 120
+    assert described[0] == described[1]
 
 
 def test_files_changed_since_make_it_stale(
@@ -114,7 +117,8 @@ def test_files_changed_since_make_it_stale(
     assert {f["kind"] for f in verdict["findings"]} == {
         f["kind"] for f in analyze(tmp_path / "op_type_mismatch").to_dict()["findings"]
     }
-    (new,) = _kept(folder)
+    prepare_incident(archive, job=JOB, incident=INCIDENT)
+    (new,) = _kept(folder)  # the stale one replaced
     assert new != old and not old.exists()
 
 
@@ -129,36 +133,50 @@ def test_one_file_touched_makes_it_stale(tmp_path: Path, caplog: pytest.LogCaptu
     assert "01_entries.sql" in files
 
 
-def test_a_damaged_one_is_made_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_one_is_not_used_and_made_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     archive = tmp_path / "archive"
     folder = _import(_fleet(tmp_path, "skipped_collective"), archive)
-    reference = analyze(archive).to_dict()  # made and kept
+    reference = analyze(archive).to_dict()
+    prepare_incident(archive, job=JOB, incident=INCIDENT)
     (kept,) = _kept(folder)
     kept.write_bytes(kept.read_bytes()[: kept.stat().st_size // 2])
     verdict, files = _traced_analysis(archive, caplog)
     assert "01_entries.sql" in files
     assert verdict == reference
-    _, files = _traced_analysis(archive, caplog)  # written again, whole
+    prepare_incident(archive, job=JOB, incident=INCIDENT)  # written again, whole
+    _, files = _traced_analysis(archive, caplog)
     assert "01_entries.sql" not in files
 
 
-def test_an_archive_it_cannot_be_written_to_is_analysed_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_an_import_that_cannot_keep_it_warns_and_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # a read-only folder cannot be faked by permissions when tests run as root: the rename
-    # into place fails instead, as it would there (or on a full disk)
+    # a full disk after the rank files were written cannot be made here: the rename into
+    # place fails instead, as it would there
+    dumps = _fleet(tmp_path, "op_type_mismatch")
     archive = tmp_path / "archive"
-    folder = _import(_fleet(tmp_path, "op_type_mismatch"), archive)
-    reference = analyze(tmp_path / "op_type_mismatch").to_dict()
 
-    def refuse(src: object, dst: object) -> None:
-        raise OSError(30, "Read-only file system")
+    class NoRoom:
+        """``os`` for the prepared entries only (the import's own renames must work)."""
 
-    monkeypatch.setattr(prepared_module.os, "replace", refuse)
-    verdict = analyze(archive).to_dict()
-    assert verdict["findings"] == reference["findings"]
+        def __getattr__(self, name: str) -> Any:
+            return getattr(os, name)
+
+        @staticmethod
+        def replace(src: object, dst: object) -> None:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(prepared_module, "os", NoRoom())
+    assert main(["import", str(dumps), "--archive", str(archive), "--job", JOB,
+                 "--incident", INCIDENT]) == 0  # fmt: skip
+    assert "not prepared for analysis" in capsys.readouterr().err
+    folder = partition_dir(archive, JOB, INCIDENT)
     assert _kept(folder) == []
     assert not [p for p in folder.iterdir() if p.name.startswith(".") and p.suffix == ".tmp"]
+    monkeypatch.undo()
+    assert analyze(archive).to_dict()["findings"] == analyze(dumps).to_dict()["findings"]
 
 
 def test_an_archive_with_a_damaged_rank_file_never_uses_one(tmp_path: Path) -> None:
@@ -169,9 +187,10 @@ def test_an_archive_with_a_damaged_rank_file_never_uses_one(tmp_path: Path) -> N
     (folder / "rank-000002.parquet").write_bytes(b"PAR1 not a parquet file")
     with open_source(archive) as source:
         assert source.entries_folder is None
+    prepare_incident(archive, job=JOB, incident=INCIDENT)  # nothing to keep
+    assert _kept(folder) == []
     with open_session(archive) as session:
         assert 2 in session.analysis.missing_dumps
-    assert _kept(folder) == []
 
 
 def test_dumps_are_never_kept(tmp_path: Path) -> None:
@@ -204,6 +223,7 @@ def test_fixture_verdicts_are_the_same_made_or_loaded(
     assert incidents
     for job, incident in incidents:
         made, made_files = _traced_analysis(archive, caplog, job=job, incident=incident)
+        prepare_incident(archive, job=job, incident=incident)
         loaded, loaded_files = _traced_analysis(archive, caplog, job=job, incident=incident)
         assert "01_entries.sql" in made_files and "01_entries.sql" not in loaded_files
         assert loaded == made

@@ -93,9 +93,12 @@ def _first_pass(
     params: dict[str, str],
     text: dict[str, str],
     entries_folder: Path | None,
+    *,
+    keep: bool = False,
 ) -> None:
     """The first pass's ``e``: loaded from the incident's prepared entries in
-    ``entries_folder`` where they are current, else made (and kept there)."""
+    ``entries_folder`` where they are current, else made (and, with ``keep``, kept there:
+    ``prepared.save``'s errors are raised)."""
     first = sql_files()[0]
     kept = None
     if entries_folder is not None:
@@ -104,7 +107,7 @@ def _first_pass(
         )
     if kept is None or not prepared.load(connection, kept):
         run_file(connection, first, params, text)
-        if kept is not None:
+        if keep and kept is not None:
             prepared.save(connection, kept)
     run_file(connection, "dumped.sql", params)
 
@@ -122,11 +125,11 @@ def prepare_entries(
     entries_folder: Path,
 ) -> None:
     """Make the incident's prepared entries in ``entries_folder`` unless they are current
-    (``prepared``): what ``fr-otel import`` leaves, so that the first analysis is as fast
-    as the next."""
+    (``prepared``): what ``fr-otel import`` leaves, so that analyses skip the first pass.
+    Raises ``OSError`` or ``duckdb.Error`` when they cannot be written."""
     by_name = _create_groups(connection, incident, manifest)
     params = {"job": incident.job, "incident": incident.incident}
-    _first_pass(connection, params, _first_pass_text(by_name), entries_folder)
+    _first_pass(connection, params, _first_pass_text(by_name), entries_folder, keep=True)
 
 
 def analyze_connection(
@@ -141,8 +144,8 @@ def analyze_connection(
 
     ``manifest`` (the incident's ``_incident.json``) saves re-deriving group membership
     from every row and names ranks whose dump held no entry. ``entries_folder``: the
-    incident's folder in an archive, where the first pass's result is kept and reused
-    (``prepared``).
+    incident's folder in an archive, whose prepared entries (``prepared``), where current,
+    stand in for the first pass.
     """
     by_name = _create_groups(connection, incident, manifest)
     params = {"job": incident.job, "incident": incident.incident}
