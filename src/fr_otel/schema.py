@@ -12,49 +12,57 @@ are not synchronised across hosts).
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
-FRAME_TYPE = pa.struct(
-    [
-        pa.field("name", pa.string()),
-        pa.field("filename", pa.string()),
-        pa.field("line", pa.int64()),
-    ]
-)
-"""One Python (or C++) stack frame as Flight Recorder stores it."""
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-SIZES_TYPE = pa.list_(pa.list_(pa.int64()))
-"""One shape per tensor: ``[[1024], [4, 256]]``."""
+    FRAME_TYPE: pa.DataType
+    """One Python (or C++) stack frame as Flight Recorder stores it."""
+    SIZES_TYPE: pa.DataType
+    """One shape per tensor: ``[[1024], [4, 256]]``."""
+    RECORD_SCHEMA: pa.Schema
+    """The canonical Arrow schema of one Flight Recorder entry."""
+    MEMBERS_DICTIONARY: pa.DataType
+    """``pg_ranks`` as each row's index into distinct member lists: how the recorder, the
+    span import and ``export`` hold a group's list once for all its rows."""
 
-_COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
+# Column types are named here, not built: the Arrow objects above are made on first use
+# (``__getattr__``), so that readers of an archive that need only names and SQL types
+# (an analysis, ``fr-otel sql``) never import pyarrow, and numpy with it (0.05 s).
+# "list<T>" is a list of T; "frame" is FRAME_TYPE.
+_FRAME_FIELDS = (("name", "string"), ("filename", "string"), ("line", "int64"))
+_SIZES = "list<list<int64>>"
+
+_COLUMNS: list[tuple[str, str, bool, str]] = [
     # name, type, nullable, documentation
-    ("job", pa.string(), False, "Job name (hive partition key of the archive)."),
+    ("job", "string", False, "Job name (hive partition key of the archive)."),
     (
         "incident",
-        pa.string(),
+        "string",
         False,
         "Incident id: one dump set or one recorder flush (hive partition key).",
     ),
     (
         "run_id",
-        pa.string(),
+        "string",
         True,
         "The launch the entry belongs to (the recorder's run id: torchrun's, `fr-otel"
         " run`'s or one rank 0 made); null for dumps imported without one. Part of the"
         " trace and span ids, so two runs of a job never share a trace.",
     ),
-    ("rank", pa.int64(), False, "Global rank that recorded the entry."),
+    ("rank", "int64", False, "Global rank that recorded the entry."),
     (
         "pg_id",
-        pa.int64(),
+        "int64",
         True,
         "Rank-local uid of the process group. Not comparable across ranks.",
     ),
-    ("pg_name", pa.string(), False, "Process group name (`'0'`, a counter, or a hash)."),
-    ("pg_desc", pa.string(), True, "Process group description (`default_pg`, `mesh_tp`, ...)."),
+    ("pg_name", "string", False, "Process group name (`'0'`, a counter, or a hash)."),
+    ("pg_desc", "string", True, "Process group description (`default_pg`, `mesh_tp`, ...)."),
     (
         "pg_ranks",
-        pa.list_(pa.int64()),
+        "list<int64>",
         True,
         "Global ranks of the group in group-rank order; null when unknown. A rank file"
         " writes the list of a group of over 1,024 members once, in its footer"
@@ -63,106 +71,106 @@ _COLUMNS: list[tuple[str, pa.DataType, bool, str]] = [
     ),
     (
         "pg_ranks_inferred",
-        pa.bool_(),
+        "bool",
         False,
         "True when `pg_ranks` was inferred from which ranks hold entries (gloo's"
         " `pg_config` is broken) rather than read from the dump.",
     ),
-    ("record_id", pa.int64(), False, "Rank-local record counter over all groups."),
+    ("record_id", "int64", False, "Rank-local record counter over all groups."),
     (
         "collective_seq_id",
-        pa.int64(),
+        "int64",
         True,
         "Per-group collective counter. P2P entries carry the current value unchanged.",
     ),
-    ("p2p_seq_id", pa.int64(), True, "Per-group point-to-point counter."),
+    ("p2p_seq_id", "int64", True, "Per-group point-to-point counter."),
     (
         "op_id",
-        pa.int64(),
+        "int64",
         True,
         "Per-group logical op counter (counts ops inside coalesced groups).",
     ),
-    ("backend", pa.string(), True, "Backend prefix of `profiling_name`: `nccl`, `gloo`, ..."),
+    ("backend", "string", True, "Backend prefix of `profiling_name`: `nccl`, `gloo`, ..."),
     (
         "op",
-        pa.string(),
+        "string",
         False,
         "Operation without backend prefix or peer suffix: `all_reduce`, `send`, `coalesced`.",
     ),
-    ("profiling_name", pa.string(), True, "The raw FR `profiling_name`, e.g. `nccl:send 0->1`."),
-    ("peer", pa.int64(), True, "Global rank of the point-to-point peer; null for collectives."),
-    ("input_sizes", SIZES_TYPE, True, "Input tensor shapes."),
-    ("output_sizes", SIZES_TYPE, True, "Output tensor shapes."),
-    ("input_dtypes", pa.list_(pa.string()), True, "Input dtypes (`Float`, `BFloat16`, ...)."),
-    ("output_dtypes", pa.list_(pa.string()), True, "Output dtypes."),
-    ("state", pa.string(), True, "`scheduled`, `started` or `completed`."),
-    ("time_created_ns", pa.int64(), True, "When the op was enqueued (wall clock)."),
+    ("profiling_name", "string", True, "The raw FR `profiling_name`, e.g. `nccl:send 0->1`."),
+    ("peer", "int64", True, "Global rank of the point-to-point peer; null for collectives."),
+    ("input_sizes", _SIZES, True, "Input tensor shapes."),
+    ("output_sizes", _SIZES, True, "Output tensor shapes."),
+    ("input_dtypes", "list<string>", True, "Input dtypes (`Float`, `BFloat16`, ...)."),
+    ("output_dtypes", "list<string>", True, "Output dtypes."),
+    ("state", "string", True, "`scheduled`, `started` or `completed`."),
+    ("time_created_ns", "int64", True, "When the op was enqueued (wall clock)."),
     (
         "time_started_ns",
-        pa.int64(),
+        "int64",
         True,
         "When the watchdog discovered the op had started; null if never seen started.",
     ),
     (
         "time_completed_ns",
-        pa.int64(),
+        "int64",
         True,
         "When the watchdog discovered completion; null if never seen completed.",
     ),
-    ("duration_ms", pa.float64(), True, "GPU duration, present only when NCCL timing is on."),
+    ("duration_ms", "double", True, "GPU duration, present only when NCCL timing is on."),
     (
         "retired",
-        pa.bool_(),
+        "bool",
         True,
         "The work left the watchdog list. Retired but not completed means timed out"
         " (gloo: retired is its only completion signal).",
     ),
-    ("timeout_ms", pa.int64(), True, "Configured timeout of the op."),
-    ("is_p2p", pa.bool_(), True, "Point-to-point op (send/recv and their coalesced trailer)."),
-    ("thread_name", pa.string(), True, "Recording thread name (FR >= 2.10)."),
-    ("thread_id", pa.string(), True, "Recording thread id (FR >= 2.10), as FR writes it."),
+    ("timeout_ms", "int64", True, "Configured timeout of the op."),
+    ("is_p2p", "bool", True, "Point-to-point op (send/recv and their coalesced trailer)."),
+    ("thread_name", "string", True, "Recording thread name (FR >= 2.10)."),
+    ("thread_id", "string", True, "Recording thread id (FR >= 2.10), as FR writes it."),
     (
         "frames",
-        pa.list_(FRAME_TYPE),
+        "list<frame>",
         True,
         "Python stack at record time, innermost first; null when the dump has none (JSON).",
     ),
     (
         "call_site",
-        pa.string(),
+        "string",
         True,
         "Innermost frame of the user's code in `frames` (`file:line in function`), skipping"
         " torch and its wrappers; null without frames.",
     ),
     (
         "pg_last_enqueued_seq",
-        pa.int64(),
+        "int64",
         True,
         "From the dump's `pg_status`: the group's last enqueued collective seq on this rank.",
     ),
     (
         "pg_last_started_seq",
-        pa.int64(),
+        "int64",
         True,
         "From `pg_status`: last started collective seq (-1 when never; gloo never sets it).",
     ),
     (
         "pg_last_completed_seq",
-        pa.int64(),
+        "int64",
         True,
         "From `pg_status`: last completed collective seq.",
     ),
-    ("dump_time_ns", pa.int64(), True, "When the buffer was dumped (file mtime for imports)."),
-    ("source_file", pa.string(), True, "The dump file (or `recorder`) the row came from."),
+    ("dump_time_ns", "int64", True, "When the buffer was dumped (file mtime for imports)."),
+    ("source_file", "string", True, "The dump file (or `recorder`) the row came from."),
     (
         "source_format",
-        pa.string(),
+        "string",
         False,
         "`pickle`, `json`, `recorder`, `simulator` or `otlp` (read back from spans): how the"
         " row reached us.",
     ),
-    ("fr_version", pa.string(), True, "The dump's FR format version, e.g. `2.10`."),
-    ("comm_lib_version", pa.string(), True, "NCCL (or other library) version from the dump."),
+    ("fr_version", "string", True, "The dump's FR format version, e.g. `2.10`."),
+    ("comm_lib_version", "string", True, "NCCL (or other library) version from the dump."),
 ]
 
 COLUMN_DOCS: dict[str, str] = {name: doc for name, _, _, doc in _COLUMNS}
@@ -171,20 +179,65 @@ COLUMN_DOCS: dict[str, str] = {name: doc for name, _, _, doc in _COLUMNS}
 SCHEMA_VERSION_KEY = b"fr_otel.schema_version"
 """The key of a rank file's key-value metadata that says which archive schema wrote it."""
 
-RECORD_SCHEMA: pa.Schema = pa.schema(
-    [
-        pa.field(name, dtype, nullable=nullable, metadata={"doc": doc})
-        for name, dtype, nullable, doc in _COLUMNS
-    ],
-    metadata={SCHEMA_VERSION_KEY: b"1"},
-)
-"""The canonical Arrow schema of one Flight Recorder entry."""
+SCHEMA_VERSION = "1"
+"""The archive schema version ``RECORD_SCHEMA`` writes (under ``SCHEMA_VERSION_KEY``)."""
 
-COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
+COLUMNS: tuple[str, ...] = tuple(name for name, _, _, _ in _COLUMNS)
 
-MEMBERS_DICTIONARY = pa.dictionary(pa.int32(), RECORD_SCHEMA.field("pg_ranks").type)
-"""``pg_ranks`` as each row's index into distinct member lists: how the recorder, the span
-import and ``export`` hold a group's list once for all its rows."""
+_SQL_SCALARS = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN"}
+
+
+def _sql_type(kind: str) -> str:
+    if kind.startswith("list<"):
+        return f"{_sql_type(kind[len('list<') : -1])}[]"
+    if kind == "frame":
+        return "STRUCT(" + ", ".join(f'"{n}" {_sql_type(k)}' for n, k in _FRAME_FIELDS) + ")"
+    return _SQL_SCALARS[kind]
+
+
+COLUMN_SQL_TYPES: dict[str, str] = {name: _sql_type(kind) for name, kind, _, _ in _COLUMNS}
+"""Column name -> its DuckDB type, as DuckDB reads the column from a rank file."""
+
+
+def _arrow_type(kind: str) -> pa.DataType:
+    import pyarrow as pa
+
+    if kind.startswith("list<"):
+        return pa.list_(_arrow_type(kind[len("list<") : -1]))
+    if kind == "frame":
+        return pa.struct([pa.field(n, _arrow_type(k)) for n, k in _FRAME_FIELDS])
+    scalars = {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "double": pa.float64(),
+        "bool": pa.bool_(),
+    }
+    return scalars[kind]
+
+
+_ARROW: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in ("FRAME_TYPE", "SIZES_TYPE", "RECORD_SCHEMA", "MEMBERS_DICTIONARY"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _ARROW:
+        import pyarrow as pa
+
+        schema = pa.schema(
+            [
+                pa.field(name, _arrow_type(kind), nullable=nullable, metadata={"doc": doc})
+                for name, kind, nullable, doc in _COLUMNS
+            ],
+            metadata={SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode()},
+        )
+        _ARROW.update(
+            FRAME_TYPE=_arrow_type("frame"),
+            SIZES_TYPE=_arrow_type(_SIZES),
+            RECORD_SCHEMA=schema,
+            MEMBERS_DICTIONARY=pa.dictionary(pa.int32(), schema.field("pg_ranks").type),
+        )
+    return _ARROW[name]
 
 
 def with_members_type(schema: pa.Schema, kind: pa.DataType) -> pa.Schema:
@@ -231,7 +284,8 @@ for SQL over canonical rows."""
 
 def empty_table() -> pa.Table:
     """A table with the canonical schema and no rows."""
-    return RECORD_SCHEMA.empty_table()
+    schema: pa.Schema = __getattr__("RECORD_SCHEMA")
+    return schema.empty_table()
 
 
 def schema_markdown() -> str:
@@ -245,7 +299,8 @@ def schema_markdown() -> str:
         "| column | type | nullable | meaning |",
         "|---|---|---|---|",
     ]
-    for field in RECORD_SCHEMA:
+    schema: pa.Schema = __getattr__("RECORD_SCHEMA")
+    for field in schema:
         doc = COLUMN_DOCS[field.name]
         lines.append(
             f"| `{field.name}` | `{field.type}` | {'yes' if field.nullable else 'no'} | {doc} |"

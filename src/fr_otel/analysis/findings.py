@@ -10,14 +10,17 @@ Rendering for people lives in the CLI and the report.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import duckdb
-import pyarrow as pa
 
 from fr_otel.stacks import trimmed
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Frame = dict[str, Any]
 """One stack frame as the JSON shows it: ``{"name", "filename", "line"}``."""
@@ -527,29 +530,37 @@ class Analysis:
         }
 
 
-FINDINGS_SCHEMA = pa.schema(
-    [
-        ("job", pa.string()),
-        ("incident", pa.string()),
-        ("idx", pa.int32()),
-        ("kind", pa.string()),
-        ("pg_name", pa.string()),
-        ("pg_desc", pa.string()),
-        ("pg_ranks", pa.list_(pa.int64())),
-        ("collective_seq_id", pa.int64()),
-        ("op", pa.string()),
-        ("culprit_ranks", pa.list_(pa.int64())),
-        ("summary", pa.string()),
-        ("root_cause", pa.bool_()),
-        ("consequence_of", pa.int32()),
-        ("waiting_ranks", pa.list_(pa.int64())),
-    ]
-)
-"""The ``findings`` relation: one row per finding, as ``fr-otel sql`` and a session show it."""
+@functools.cache
+def findings_schema() -> pa.Schema:
+    """The ``findings`` relation: one row per finding, as ``fr-otel sql`` and a session show
+    it. A function: pyarrow (with numpy, 0.05 s) is imported only where it is used, and an
+    archive's analysis uses it nowhere else."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("job", pa.string()),
+            ("incident", pa.string()),
+            ("idx", pa.int32()),
+            ("kind", pa.string()),
+            ("pg_name", pa.string()),
+            ("pg_desc", pa.string()),
+            ("pg_ranks", pa.list_(pa.int64())),
+            ("collective_seq_id", pa.int64()),
+            ("op", pa.string()),
+            ("culprit_ranks", pa.list_(pa.int64())),
+            ("summary", pa.string()),
+            ("root_cause", pa.bool_()),
+            ("consequence_of", pa.int32()),
+            ("waiting_ranks", pa.list_(pa.int64())),
+        ]
+    )
 
 
 def findings_table(analyses: Iterable[Analysis]) -> pa.Table:
-    """The findings of ``analyses`` as rows of ``FINDINGS_SCHEMA``."""
+    """The findings of ``analyses`` as rows of ``findings_schema()``."""
+    import pyarrow as pa
+
     rows = [
         {
             "job": analysis.job,
@@ -570,4 +581,4 @@ def findings_table(analyses: Iterable[Analysis]) -> pa.Table:
         for analysis in analyses
         for index, finding in enumerate(analysis.findings)
     ]
-    return pa.Table.from_pylist(rows, schema=FINDINGS_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=findings_schema())

@@ -49,7 +49,8 @@ started), ``groups`` (every process group, with its members), ``dumped_ranks`` (
 whose dump held entries), ``slots`` (one row per rank per collective of a group), and
 ``arrival`` (lateness per rank per collective, ``stragglers``), ``collectives`` (one row
 per collective instance: the ranks that joined it and the members that did not, as
-``fr-otel sql`` shows them) and ``findings`` (one row per finding, ``FINDINGS_SCHEMA``)."""
+``fr-otel sql`` shows them) and ``findings`` (one row per finding,
+``findings.findings_schema()``)."""
 
 
 @dataclass(kw_only=True)

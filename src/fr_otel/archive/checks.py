@@ -16,18 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
 from fr_otel.archive import file_index, footer_members
 from fr_otel.archive.layout import partition_dir
 from fr_otel.errors import ArchiveError, DumpError
-from fr_otel.schema import RECORD_SCHEMA, SCHEMA_VERSION_KEY
+from fr_otel.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from fr_otel.archive.incidents import Incident
 
-SCHEMA_VERSION = (RECORD_SCHEMA.metadata or {}).get(SCHEMA_VERSION_KEY, b"1").decode()
-"""The archive schema version this fr_otel writes and reads."""
 READABLE_VERSIONS = frozenset({SCHEMA_VERSION, footer_members.FOOTER_SCHEMA_VERSION})
 """Versions this fr_otel reads: its own, and files whose large groups' members are in the
 footer (``archive.footer_members``)."""
@@ -111,6 +109,7 @@ def partition_of(path: Path) -> tuple[str, str, int | None]:
 def read_pages(path: Path, columns: list[str] | None = None) -> pa.Table:
     """The file's rows (of those of ``columns`` it has), or a ``DumpError`` (``corrupt``)
     when a page cannot be decoded."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -128,6 +127,9 @@ def check_rank_file(path: Path, *, pages: bool = False) -> RankFile:
     """The file's footer, or a ``DumpError`` saying in one line why it cannot be read:
     ``empty``, ``truncated``, ``corrupt`` or ``foreign`` (written for another archive
     schema version, or not by fr_otel). With ``pages``, every page is decoded too."""
+    # here, not above: an archive whose files' index is current opens no footer, and its
+    # analysis imports no pyarrow (``fr_otel.schema``)
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -182,6 +184,10 @@ def check_rank_file(path: Path, *, pages: bool = False) -> RankFile:
 def _check_columns(path: Path, metadata: object) -> None:
     """A file without fr_otel's version mark (older fr_otel, or another writer): its
     canonical columns must have the canonical types."""
+    import pyarrow as pa
+
+    from fr_otel.schema import RECORD_SCHEMA
+
     try:
         schema = metadata.schema.to_arrow_schema()  # type: ignore[attr-defined]
     except (pa.ArrowException, ValueError) as exc:
