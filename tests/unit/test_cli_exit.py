@@ -134,3 +134,61 @@ def test_the_verdict_is_written_before_the_analysis_is_closed(
     assert code == 1
     [written] = at_close
     assert json.loads(written)["findings"], "the whole verdict, when closing began"
+
+
+_LEFT = """
+import sys, tempfile
+from pathlib import Path
+from fr_otel.cli._errors import state
+from fr_otel.cli._exit import end, leave_to_exit, may_end_quickly
+import contextlib
+
+class Closed:
+    def __exit__(self, *exc):  # as a DuckDB connection's close
+        sys.stdout.write("closed")
+    def __enter__(self):
+        return self
+
+state.process_ends = {ends}
+stack = contextlib.ExitStack()
+folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=".")))
+(folder / "scratch.arrow").write_text("rows")
+stack.enter_context(Closed())
+may_end_quickly()
+with stack:
+    leave_to_exit(stack)
+end(1)
+"""
+
+
+def test_what_a_quick_end_holds_is_left_to_it_but_temporary_folders_go(tmp_path: Path) -> None:
+    done = _python(_LEFT.format(ends=True), tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")  # never closed one by one
+    assert list(tmp_path.iterdir()) == []  # the folder removed at exit all the same
+
+
+def test_in_process_callers_still_close_what_the_command_holds(tmp_path: Path) -> None:
+    done = _python(_LEFT.format(ends=False), tmp_path)
+    assert (done.returncode, done.stdout) == (1, "closed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_analyze_as_a_process_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    import os
+
+    from fr_otel.archive import scratch
+
+    shared = scratch.MEMORY_FOLDER
+    before = set(os.listdir(shared)) if shared.is_dir() else set()
+    done = subprocess.run(
+        [sys.executable, "-m", "fr_otel", "analyze", str(DUMPS), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert done.returncode == 1, done.stderr
+    assert list(tmp_path.iterdir()) == []  # DuckDB's spill folder
+    after = set(os.listdir(shared)) if shared.is_dir() else set()
+    assert not {n for n in after - before if n.startswith("fr-otel-")}  # the scratch archive

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> NoReturn:
     """The ``fr-otel`` console script (and ``python -m fr_otel``): ``main``, then the
     process ends (``_exit.end``)."""
+    state.process_ends = True
     end(main())
 
 

@@ -40,6 +40,9 @@ class _State:
     """``-v`` count, set by the command group before the command runs."""
     end_quickly = False
     """The command leaves nothing to finish but its exit code (``_exit``)."""
+    process_ends = False
+    """The process ends once the command returns (the console script, ``_exit.end``), not
+    an in-process caller's ``main`` (tests)."""
 
 
 state = _State()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 import click
 
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
-from fr_otel.cli._exit import may_end_quickly
+from fr_otel.cli._exit import leave_to_exit, may_end_quickly
 from fr_otel.cli._options import format_option
 from fr_otel.errors import ArchiveError
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
@@ -192,6 +192,7 @@ def analyze_(
         else:
             render_text(analysis, sys.stdout, verbose=stacks)
         sys.stdout.flush()  # the verdict is out before the analysis is closed
+        leave_to_exit(stack)  # and the exit need not wait for its closing either
         return EXIT_OK if analysis.healthy else EXIT_FINDINGS
 
 
