@@ -31,14 +31,20 @@ def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_analyze_as_a_process_writes_what_it_writes_in_process() -> None:
-    done = subprocess.run(
+def _analyze_process(env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``fr-otel analyze DUMPS --format json`` as its own process."""
+    return subprocess.run(
         [sys.executable, "-m", "fr_otel", "analyze", str(DUMPS), "--format", "json"],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env=env,
     )
+
+
+def test_analyze_as_a_process_writes_what_it_writes_in_process() -> None:
+    done = _analyze_process()
     in_process = io.StringIO()
     with redirect_stdout(in_process):
         code = main(["analyze", str(DUMPS), "--format", "json"])
@@ -180,14 +186,7 @@ def test_analyze_as_a_process_leaves_no_temporary_folder(tmp_path: Path) -> None
 
     shared = scratch.MEMORY_FOLDER
     before = set(os.listdir(shared)) if shared.is_dir() else set()
-    done = subprocess.run(
-        [sys.executable, "-m", "fr_otel", "analyze", str(DUMPS), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-    )
+    done = _analyze_process({**os.environ, "TMPDIR": str(tmp_path)})
     assert done.returncode == 1, done.stderr
     assert list(tmp_path.iterdir()) == []  # DuckDB's spill folder
     after = set(os.listdir(shared)) if shared.is_dir() else set()
