@@ -43,3 +43,15 @@ def test_explicit_file_is_taken_even_with_a_bad_name(tmp_path: Path) -> None:
     odd.write_text("x")
     found = discover([odd, odd])
     assert [(f.path, f.rank) for f in found.files] == [(odd, None)]
+
+
+def test_one_file_named_several_ways_is_listed_once(tmp_path: Path) -> None:
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    (dumps / "rank_0").write_text("x")
+    (dumps / "rank_1").write_text("y")
+    (tmp_path / "via").symlink_to(dumps)
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "rank_1").hardlink_to(dumps / "rank_1")
+    found = discover([dumps, tmp_path / "via", tmp_path / "via" / "rank_0", tmp_path / "linked"])
+    assert [f.path for f in found.files] == [dumps / "rank_0", dumps / "rank_1"]
