@@ -91,3 +91,28 @@ def test_sql_under_a_limit_too_small_names_the_variable_too(
     assert code == 2, err
     assert "FR_OTEL_ANALYSIS_MEMORY" in err and "2MB" in err
     assert "internal error" not in err and "query failed" not in err
+
+
+_PROGRESS_SETTINGS = """
+import contextlib, duckdb
+from fr_otel.analysis.source import connect
+setting = "SELECT current_setting('enable_progress_bar')"
+with contextlib.ExitStack() as stack:
+    ours = connect(stack).execute(setting).fetchall()[0][0]
+    print(duckdb.connect().execute(setting).fetchall()[0][0], ours)
+"""
+
+
+def test_no_progress_bar_reaches_standard_output() -> None:
+    """DuckDB draws one on standard output (the JSON verdict's stream) under statements
+    past 2 s, as the first pass is at 8,192 ranks, unless told not to. Asked in a process
+    of its own: DuckDB's default is off under pytest, on in a script writing to a file.
+    (A statement that long here would cost the suite seconds, and setting
+    ``progress_bar_time`` lower turns the bar back on.)"""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PROGRESS_SETTINGS], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["True", "False"], done.stderr  # DuckDB's default, ours
