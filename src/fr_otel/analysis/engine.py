@@ -90,16 +90,16 @@ def _create_groups(
 
 def _first_pass(
     connection: duckdb.DuckDBPyConnection,
+    first: str,
     params: dict[str, str],
     text: dict[str, str],
     entries_folder: Path | None,
     *,
     keep: bool = False,
 ) -> None:
-    """The first pass's ``e``: loaded from the incident's prepared entries in
-    ``entries_folder`` where they are current, else made (and, with ``keep``, kept there:
-    ``prepared.save``'s errors are raised)."""
-    first = sql_files()[0]
+    """The first pass's ``e`` (``first``, the first of ``sql_files``): loaded from the
+    incident's prepared entries in ``entries_folder`` where they are current, else made
+    (and, with ``keep``, kept there: ``prepared.save``'s errors are raised)."""
     kept = None
     if entries_folder is not None:
         kept = prepared.prepared_entries(
@@ -129,7 +129,9 @@ def prepare_entries(
     Raises ``OSError`` or ``duckdb.Error`` when they cannot be written."""
     by_name = _create_groups(connection, incident, manifest)
     params = {"job": incident.job, "incident": incident.incident}
-    _first_pass(connection, params, _first_pass_text(by_name), entries_folder, keep=True)
+    first = sql_files()[0]
+    text = _first_pass_text(by_name)
+    _first_pass(connection, first, params, text, entries_folder, keep=True)
 
 
 def analyze_connection(
@@ -150,12 +152,13 @@ def analyze_connection(
     by_name = _create_groups(connection, incident, manifest)
     params = {"job": incident.job, "incident": incident.incident}
     text = _first_pass_text(by_name)
-    _first_pass(connection, params, text, entries_folder)
+    first, *rest = sql_files()
+    _first_pass(connection, first, params, text, entries_folder)
     members.complete_groups(connection, {**CONSTANTS, **params})
     reading = None
     if snapshots.is_snapshot(incident.incident, manifest):
         reading = snapshots.read_snapshot(connection)
-    for name in sql_files()[1:]:
+    for name in rest:
         run_file(connection, name, params, text)
 
     groups = _groups(connection)

@@ -32,6 +32,7 @@ from pathlib import Path
 import duckdb
 
 import fr_otel
+from fr_otel.analysis.sqlfiles import sql_string
 from fr_otel.archive.layout import staging_path
 from fr_otel.schema import ENTRY_MACROS
 
@@ -58,10 +59,6 @@ class PreparedEntries:
 
 def is_prepared_file(name: str) -> bool:
     return name.startswith(PREFIX) and name.endswith(SUFFIX)
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def prepared_entries(
@@ -111,7 +108,7 @@ def load(connection: duckdb.DuckDBPyConnection, prepared: PreparedEntries) -> bo
         connection.execute(
             f"CREATE OR REPLACE TEMP TABLE {TABLE} AS"
             # its folder's name=value pairs are not columns of it
-            f" SELECT * FROM read_parquet({_quote(path.as_posix())}, hive_partitioning = false)"
+            f" SELECT * FROM read_parquet({sql_string(path.as_posix())}, hive_partitioning = false)"
         )
     except duckdb.Error as exc:
         logger.debug("%s: not used (%s); the first pass runs", path, exc)
@@ -128,7 +125,7 @@ def save(connection: duckdb.DuckDBPyConnection, prepared: PreparedEntries) -> No
     staging = staging_path(final)
     try:
         connection.execute(
-            f"COPY {TABLE} TO {_quote(staging.as_posix())} (FORMAT parquet, COMPRESSION zstd)"
+            f"COPY {TABLE} TO {sql_string(staging.as_posix())} (FORMAT parquet, COMPRESSION zstd)"
         )
         os.replace(staging, final)
     except BaseException:

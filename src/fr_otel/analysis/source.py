@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 
-from fr_otel.analysis.sqlfiles import prepare
+from fr_otel.analysis.sqlfiles import prepare, sql_string
 from fr_otel.archive import footer_members, scratch
 from fr_otel.archive.checks import (
     CheckedFiles,
@@ -113,10 +113,6 @@ def reading_damaged_files(action: Callable[[], _T]) -> _T:
 # --- the src view ---------------------------------------------------------------------
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def register_archive(
     connection: duckdb.DuckDBPyConnection,
     archive: Path,
@@ -161,14 +157,14 @@ def register_archive(
                 )
             ],
         )
-        files = "[" + ", ".join(_quote(f.path.as_posix()) for f in checked.good) + "]"
+        files = "[" + ", ".join(sql_string(f.path.as_posix()) for f in checked.good) + "]"
     else:
         glob = (
             partition_dir(archive, only.job, only.incident) / "*.parquet"
             if only is not None
             else archive / "job=*" / "incident=*" / "*.parquet"
         )
-        files = _quote(glob.as_posix())
+        files = sql_string(glob.as_posix())
     rank_groups = _rank_groups(checked.good, members)
     if rank_groups:
         _register_members(connection, rank_groups)
@@ -359,7 +355,7 @@ def rows_of_ranks(
         digest = hashlib.sha1("\0".join(path for (path,) in rows).encode()).hexdigest()[:16]
         name = _register_scratch(connection, f"src_scratch_{digest}", paths)
         return f"({_canonical(connection, name)})"
-    files = "[" + ", ".join(_quote(path) for (path,) in rows) + "]"
+    files = "[" + ", ".join(sql_string(path) for (path,) in rows) + "]"
     return f"({_canonical(connection, f'(SELECT * FROM {_scan(files, union=True)})')})"
 
 

@@ -99,6 +99,12 @@ def prepare(connection: duckdb.DuckDBPyConnection) -> None:
         connection.execute(statement)
 
 
+def sql_string(text: str) -> str:
+    """``text`` as a SQL string literal (a file's path, where a statement such as ``COPY``
+    takes no parameter)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def group_key(by_name: bool) -> str:
     """The SQL of a row's group id (``gid``) over canonical rows: its group's name where
     names identify groups in the incident, else its name and members."""
