@@ -227,3 +227,74 @@ def test_fixture_verdicts_are_the_same_made_or_loaded(
         loaded, loaded_files = _traced_analysis(archive, caplog, job=job, incident=incident)
         assert "01_entries.sql" in made_files and "01_entries.sql" not in loaded_files
         assert loaded == made
+
+
+def _e_kind(connection: Any) -> str:
+    (kind,) = connection.execute(
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM duckdb_views() WHERE temporary"
+        " AND view_name = 'e') THEN 'view' ELSE 'table' END"
+    ).fetchone()
+    return str(kind)
+
+
+def test_loaded_entries_are_read_in_place_and_copied_only_to_be_changed(tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    _import(_fleet(tmp_path, "op_type_mismatch"), archive)
+    prepare_incident(archive, job=JOB, incident=INCIDENT)
+    with open_session(archive) as session:
+        session.analysis  # noqa: B018
+        assert _e_kind(session.connection) == "view"  # nothing copied
+        before = session.connection.execute("SELECT count(*), count(*) FILTER (done) FROM e")
+        counts = before.fetchone()
+        prepared_module.writable(session.connection)
+        assert _e_kind(session.connection) == "table"
+        session.connection.execute("UPDATE e SET done = false")  # the kept file is untouched
+        after = session.connection.execute("SELECT count(*), count(*) FILTER (done) FROM e")
+        assert after.fetchone() == (counts[0], 0) and counts[1] > 0
+    with open_session(archive) as session:
+        session.analysis  # noqa: B018
+        again = session.connection.execute("SELECT count(*), count(*) FILTER (done) FROM e")
+        assert again.fetchone() == counts
+
+
+def test_a_damaged_block_inside_it_is_caught_on_loading(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the header and catalog read fine, a column's data does not: DuckDB's block checksum
+    # fails when the block is first read, which loading does for every column
+    archive = tmp_path / "archive"
+    folder = _import(_fleet(tmp_path, "size_mismatch"), archive)
+    reference = analyze(archive).to_dict()
+    prepare_incident(archive, job=JOB, incident=INCIDENT)
+    (kept,) = _kept(folder)
+    import duckdb
+
+    with duckdb.connect() as connection:
+        connection.execute(f"ATTACH '{kept}' AS k (READ_ONLY)")
+        blocks = connection.execute(
+            "SELECT DISTINCT block_id FROM pragma_storage_info('k.e')"
+            " WHERE column_name = 'h' AND block_id >= 0"
+        ).fetchall()
+        (block_size,) = connection.execute(
+            "SELECT block_size FROM pragma_database_size() WHERE database_name = 'k'"
+        ).fetchone()
+    assert blocks
+    data = bytearray(kept.read_bytes())
+    start = 3 * 4096 + blocks[0][0] * block_size  # past the file's three header blocks
+    data[start + 64 : start + 192] = bytes(128)
+    kept.write_bytes(bytes(data))
+    verdict, files = _traced_analysis(archive, caplog)
+    assert "01_entries.sql" in files
+    assert verdict == reference
+
+
+def test_keeping_it_leaves_no_staging_file_and_removes_earlier_ones(tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    folder = _import(_fleet(tmp_path, "none"), archive)
+    earlier = folder / "_entries.0123456789abcdef0123456789abcdef.pq"  # as kept before: Parquet
+    earlier.write_bytes(b"PAR1")
+    before = {p.name for p in folder.iterdir()} - {earlier.name}
+    prepare_incident(archive, job=JOB, incident=INCIDENT)
+    (kept,) = _kept(folder)
+    assert kept.suffix == ".duckdb"
+    assert {p.name for p in folder.iterdir()} == before | {kept.name}  # no .wal, no .tmp

@@ -157,9 +157,12 @@ def analyze_connection(
     members.complete_groups(connection, {**CONSTANTS, **params})
     reading = None
     if snapshots.is_snapshot(incident.incident, manifest):
+        prepared.writable(connection)  # the reading sets entries aside
         reading = snapshots.read_snapshot(connection)
     for name in rest:
         run_file(connection, name, params, text)
+        if name == _SLOTS_PASS:
+            _failed_gloo_entries(connection)
 
     groups = _groups(connection)
     dumped = {r for (r,) in connection.execute("SELECT rank FROM dumped").fetchall()}
@@ -232,6 +235,18 @@ def analyze_connection(
         root_cause=root,
         snapshot=reading.to_dict() if reading is not None else None,
     )
+
+
+_SLOTS_PASS = "02_slots.sql"
+
+
+def _failed_gloo_entries(connection: duckdb.DuckDBPyConnection) -> None:
+    """Mark the entries of the slots pass's failed gloo collectives not done, where there
+    are any: only then is ``e`` copied out of the kept entries (``prepared.writable``)."""
+    failed = connection.execute("SELECT count(*) FROM failed_gloo").fetchone()
+    if failed and failed[0]:
+        prepared.writable(connection)
+        run_file(connection, "failed_gloo_entries.sql", {})
 
 
 def _unsure_stops(connection: duckdb.DuckDBPyConnection, findings: list[Finding]) -> None:

@@ -127,11 +127,7 @@ WHERE NOT e.p2p AND e.op <> 'coalesced' AND e.retired_only
   AND NOT EXISTS (SELECT 1 FROM slot_summary ss WHERE ss.gid = e.gid AND ss.seq = e.seq
                   AND (ss.absent > 0 OR ss.signatures > 1));
 
-UPDATE e SET done = false
-WHERE done AND NOT p2p AND op <> 'coalesced'
-  AND EXISTS (SELECT 1 FROM failed_gloo f
-              WHERE f.gid = e.gid AND f.seq = e.seq AND f.rank = e.rank);
-
+-- (their entries in e: failed_gloo_entries.sql, run by the engine where there are any)
 UPDATE slots SET done = false
 WHERE EXISTS (SELECT 1 FROM failed_gloo f
               WHERE f.gid = slots.gid AND f.seq = slots.seq AND f.rank = slots.rank);
