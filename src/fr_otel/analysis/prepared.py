@@ -6,7 +6,7 @@ holding the table ``e``, not matched by the ``*.parquet`` globs that read an arc
 rows. The first pass reads every row and reduces its size and dtype lists to
 fingerprints: at 256 ranks x 2,000 entries it is a third of a re-analysis (0.28-0.37 s).
 An analysis attaches the database read-only and reads ``e`` through a view: nothing is
-copied. Copying the table out of a Parquet file (as sessions 22's ``.pq`` did) took
+copied. Copying the table out of a Parquet file (as the earlier ``.pq`` files were) took
 0.07-0.08 s, a temporary table's cost per column, not the file's decoding; reading the
 attached table is as fast as reading a temporary one once its blocks are loaded. Its rows
 are sorted by group, sequence number and rank: the hashes of a slot's members then run
