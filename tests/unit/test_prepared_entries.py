@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from fr_otel.analysis import analyze, open_session
@@ -133,14 +134,20 @@ def test_one_file_touched_makes_it_stale(tmp_path: Path, caplog: pytest.LogCaptu
     assert "01_entries.sql" in files
 
 
-def test_a_damaged_one_is_not_used_and_made_again(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def _prepared_archive(tmp_path: Path, fault: str) -> tuple[Path, Path, dict[str, Any]]:
+    """An imported archive, its kept first pass and its verdict made without one."""
     archive = tmp_path / "archive"
-    folder = _import(_fleet(tmp_path, "skipped_collective"), archive)
+    folder = _import(_fleet(tmp_path, fault), archive)
     reference = analyze(archive).to_dict()
     prepare_incident(archive, job=JOB, incident=INCIDENT)
     (kept,) = _kept(folder)
+    return archive, kept, reference
+
+
+def test_a_damaged_one_is_not_used_and_made_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    archive, kept, reference = _prepared_archive(tmp_path, "skipped_collective")
     kept.write_bytes(kept.read_bytes()[: kept.stat().st_size // 2])
     verdict, files = _traced_analysis(archive, caplog)
     assert "01_entries.sql" in files
@@ -262,13 +269,7 @@ def test_a_damaged_block_inside_it_is_caught_on_loading(
 ) -> None:
     # the header and catalog read fine, a column's data does not: DuckDB's block checksum
     # fails when the block is first read, which loading does for every column
-    archive = tmp_path / "archive"
-    folder = _import(_fleet(tmp_path, "size_mismatch"), archive)
-    reference = analyze(archive).to_dict()
-    prepare_incident(archive, job=JOB, incident=INCIDENT)
-    (kept,) = _kept(folder)
-    import duckdb
-
+    archive, kept, reference = _prepared_archive(tmp_path, "size_mismatch")
     with duckdb.connect() as connection:
         connection.execute(f"ATTACH '{kept}' AS k (READ_ONLY)")
         blocks = connection.execute(
