@@ -4,6 +4,7 @@ but with its whole output, its exit code and its exit handlers. Real processes."
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from fr_otel.cli import main
+from fr_otel.cli._gc import YOUNG_ALLOCATIONS
 
 DUMPS = Path(__file__).resolve().parents[1] / "data" / "gloo_skipped_collective"
 
@@ -191,3 +193,35 @@ def test_analyze_as_a_process_leaves_no_temporary_folder(tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []  # DuckDB's spill folder
     after = set(os.listdir(shared)) if shared.is_dir() else set()
     assert not {n for n in after - before if n.startswith("fr-otel-")}  # the scratch archive
+
+
+def test_analyze_as_a_process_collects_cycles_rarely(tmp_path: Path) -> None:
+    """The console script's ``analyze`` raises the youngest generation's threshold
+    (``cli._gc``): its imports and outcomes made 70 collections of this small incident,
+    not counting the command line's own import."""
+    done = _python(
+        f"""
+        import atexit, gc, json, sys
+        from pathlib import Path
+        from fr_otel.cli import entry
+        before = gc.get_stats()[0]["collections"]
+        def said():
+            young = gc.get_stats()[0]["collections"] - before
+            Path("gc.json").write_text(json.dumps([gc.get_threshold(), young]))
+        atexit.register(said)
+        sys.argv = ["fr-otel", "analyze", {str(DUMPS)!r}, "--format", "json"]
+        entry()
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    threshold, young_collections = json.loads((tmp_path / "gc.json").read_text())
+    assert threshold[0] == YOUNG_ALLOCATIONS
+    assert young_collections < 10
+
+
+def test_in_process_callers_keep_their_collection_pace() -> None:
+    before = gc.get_threshold()
+    with redirect_stdout(io.StringIO()):
+        assert main(["analyze", str(DUMPS), "--format", "json"]) == 1
+    assert gc.get_threshold() == before

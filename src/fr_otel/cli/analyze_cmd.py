@@ -14,6 +14,7 @@ import click
 
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from fr_otel.cli._exit import leave_to_exit, may_end_quickly
+from fr_otel.cli._gc import collect_rarely
 from fr_otel.cli._options import format_option
 from fr_otel.errors import ArchiveError
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
@@ -170,6 +171,7 @@ def analyze_(
     incidents and none chosen); 3: internal error.
     """
     may_end_quickly()  # nothing runs on once the verdict is written
+    collect_rarely()
     with contextlib.ExitStack() as stack:
         rings = _rings_as_archive(path, job, incident, stack)
         if rings is False:
