@@ -32,21 +32,34 @@ GROUP BY gid, rank;
 -- Per slot of a group: how many members issued it, with how many fingerprints, what
 -- the majority's is, and how many members are absent although their buffer covers it.
 CREATE OR REPLACE TEMP TABLE slot_summary AS
-WITH sig_counts AS (
-    SELECT gid, seq, sig, count(*) AS n
+WITH per_slot AS (
+    SELECT gid, seq, count(*) AS present, min(sig) AS low, max(sig) AS high
     FROM slots
-    GROUP BY gid, seq, sig
+    GROUP BY gid, seq
 ),
-ranked AS (
+split AS (
+    -- only slots whose members disagree need their fingerprints counted: counting them
+    -- for every slot took two thirds of this statement
     SELECT gid, seq,
-           sum(n) AS present,
            count(*) AS signatures,
            arg_max(sig, n) AS majority_sig,
            max(n) AS majority_n,
            -- the second-highest count, to tell a tie (the top two, not a sorted list)
            max(n, 2)[2] AS runner_up_n
-    FROM sig_counts
+    FROM (
+        SELECT gid, seq, sig, count(*) AS n
+        FROM slots SEMI JOIN (SELECT gid, seq FROM per_slot WHERE low <> high) USING (gid, seq)
+        GROUP BY gid, seq, sig
+    )
     GROUP BY gid, seq
+),
+ranked AS (
+    SELECT p.gid, p.seq, p.present,
+           coalesce(d.signatures, 1) AS signatures,
+           coalesce(d.majority_sig, p.low) AS majority_sig,
+           coalesce(d.majority_n, p.present) AS majority_n,
+           d.runner_up_n
+    FROM per_slot p LEFT JOIN split d USING (gid, seq)
 ),
 starts AS (
     -- where the buffers of a group's members begin (-1: holding their whole history),
