@@ -47,3 +47,35 @@ def test_ranks_of_a_group_share_one_member_list(tmp_path: Path, monkeypatch: Any
     for name, members in lists.items():
         assert all(m == members[0] for m in members), name  # what the dumps say, unchanged
         assert all(m is members[0] for m in members), name  # and one list for all of them
+
+
+def _fleet(tmp_path: Path, world: int) -> Path:
+    write_fleet(simulate(FleetSpec(world=world, entries=50)), tmp_path / "dumps")
+    return tmp_path / "dumps"
+
+
+def test_the_callers_work_runs_once_while_the_workers_convert(tmp_path: Path) -> None:
+    dumps = _fleet(tmp_path, 16)
+    seen: list[tuple[int, int]] = []
+
+    def meanwhile() -> None:
+        # the workers are running, and the import has committed no rank file yet
+        committed = list(tmp_path.rglob("*.parquet"))
+        seen.append((len(multiprocessing.active_children()), len(committed)))
+
+    report = importer.import_dumps([dumps], archive=tmp_path / "a", workers=2, meanwhile=meanwhile)
+    assert report.ok and len(report.files_written) == 16
+    assert seen == [(2, 0)]
+
+
+def test_with_too_few_dumps_for_workers_it_runs_before_the_conversion(tmp_path: Path) -> None:
+    dumps = _fleet(tmp_path, 2)
+    seen: list[int] = []
+    report = importer.import_dumps(
+        [dumps],
+        archive=tmp_path / "a",
+        workers=2,
+        meanwhile=lambda: seen.append(len(list(tmp_path.rglob("*.parquet")))),
+    )
+    assert report.ok and len(report.files_written) == 2
+    assert seen == [0]

@@ -17,13 +17,18 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
-
-from fr_otel.analysis import engine
-from fr_otel.analysis.findings import Analysis, findings_table
 from fr_otel.analysis.source import Incident, Source, open_source
 from fr_otel.analysis.sqlfiles import run_file
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from fr_otel.analysis.findings import Analysis
+
+# The analysis's own modules (and DuckDB) load on first use: opening a session on dumps
+# loads them while the import's workers convert the dumps (source.open_source).
 
 RELATIONS: dict[str, str] = {
     "entries": (
@@ -73,6 +78,8 @@ class Session:
     def analysis(self) -> Analysis:
         """The incident's analysis (made on first use)."""
         if self._analysis is None:
+            from fr_otel.analysis import engine
+
             source = self.source
             analysis = engine.analyze_connection(
                 source.connection,
@@ -105,6 +112,8 @@ class Session:
         if name == "collectives":
             run_file(self.connection, "collectives.sql", {})
         elif name == "findings":
+            from fr_otel.analysis.findings import findings_table
+
             self.connection.register("incident_findings_rows", findings_table([self.analysis]))
 
     def relation(self, name: str) -> duckdb.DuckDBPyRelation:
@@ -142,6 +151,8 @@ def prepare_incident(
 ) -> None:
     """Keep the first pass's result beside the incident's rank files (``prepared``),
     unless it is there and current, so that its first analysis is as fast as the next."""
+    from fr_otel.analysis import engine
+
     with open_source(archive, job=job, incident=incident, memory_limit=memory_limit) as source:
         if source.entries_folder is not None:
             engine.prepare_entries(

@@ -17,12 +17,13 @@ import logging
 import re
 import time
 from importlib import resources
-from typing import Any
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from fr_otel.schema import ENTRY_MACROS
 from fr_otel.stacks import LIBRARY_FRAME_PATTERN
+
+if TYPE_CHECKING:
+    import duckdb
 
 _PARAM = re.compile(r"\$([a-z_]+)")
 _PASS = re.compile(r"\d\d_\w+\.sql")

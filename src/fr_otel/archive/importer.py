@@ -601,11 +601,18 @@ def _share_members(outcome: _Outcome, known: dict[tuple[int, ...], list[int]]) -
     return outcome
 
 
-def _run(tasks: list[_Task], workers: int, on_progress: ProgressCallback | None) -> list[_Outcome]:
+def _run(
+    tasks: list[_Task],
+    workers: int,
+    on_progress: ProgressCallback | None,
+    meanwhile: Callable[[], object] | None,
+) -> list[_Outcome]:
     outcomes: list[_Outcome] = []
     members: dict[tuple[int, ...], list[int]] = {}
     total = len(tasks)
     if workers <= 1 or total < _INLINE_MAX_FILES:
+        if meanwhile is not None:
+            meanwhile()
         for task in tasks:
             outcomes.append(_share_members(_load_and_stage(task), members))
             if on_progress:
@@ -626,6 +633,10 @@ def _run(tasks: list[_Task], workers: int, on_progress: ProgressCallback | None)
         futures = [
             pool.submit(_load_and_stage_batch, tasks[i : i + size]) for i in range(0, total, size)
         ]
+        if meanwhile is not None:
+            # every worker has started (with fork, the first submission starts them all):
+            # whatever this loads or starts is not forked into them
+            meanwhile()
         done = as_completed(futures)
         # as_completed lets go of each future it yields: with no list of them here, each
         # result's own member lists are freed once shared
@@ -740,6 +751,7 @@ def import_dumps(
     on_progress: ProgressCallback | None = None,
     members_in_files: bool = True,
     scratch_files: bool = False,
+    meanwhile: Callable[[], object] | None = None,
 ) -> ImportReport:
     """Import Flight Recorder dumps (files, directories or globs) into an archive.
 
@@ -761,6 +773,9 @@ def import_dumps(
     ``scratch_files=True`` writes the rank files as Arrow IPC (``archive.scratch``), for
     such an archive too: faster to write, and read by nothing else (up to
     ``scratch.MAX_FILES`` dumps; past it, Parquet).
+
+    ``meanwhile``: the caller's own work, done once in this thread while the workers
+    convert the dumps (before the conversion where there are too few dumps for workers).
     """
     archive_path = config.archive_dir(archive)
     job_value = config.job_name(job)
@@ -808,7 +823,7 @@ def import_dumps(
     with lock:
         report.swept = len(sweep(archive_path, mine=lock))
         try:
-            outcomes = _run(tasks, config.import_workers(workers), on_progress)
+            outcomes = _run(tasks, config.import_workers(workers), on_progress, meanwhile)
             _finish(outcomes, archive_path, job_value, incident, strict, lock, report)
             return report
         except BaseException:
