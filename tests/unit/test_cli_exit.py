@@ -131,8 +131,8 @@ def test_the_verdict_is_written_before_the_analysis_is_closed(
     at_close: list[str] = []
     connect = source.connect
 
-    def recording(stack: contextlib.ExitStack, memory_limit: str | None = None) -> Any:
-        connection = connect(stack, memory_limit)
+    def recording(stack: contextlib.ExitStack, memory_limit: str | None = None, **how: Any) -> Any:
+        connection = connect(stack, memory_limit, **how)
         stack.callback(lambda: at_close.append(out.getvalue()))  # runs before the close
         return connection
 
