@@ -61,7 +61,10 @@ def lift(rows: pa.Table) -> tuple[pa.Table, Members]:
         )
     else:
         codes, lists = _codes_of_large(column), column
-    large = pc.greater(pc.list_value_length(lists), FOOTER_MIN_MEMBERS)
+    lengths = pc.list_value_length(lists)
+    # typed scalars here: inferring an untyped one's type tries to import dateutil each
+    # time where it is not installed (dumps/parse.py)
+    large = pc.greater(lengths, pa.scalar(FOOTER_MIN_MEMBERS, lengths.type))
     row_large = pc.fill_null(pc.take(large, codes), False)
     if not pc.any(row_large).as_py():
         plain = column if lists is column else pc.take(lists, codes)
@@ -134,7 +137,9 @@ def _codes_of_large(column: pa.ListArray, above: int | None = None) -> pa.Array:
 
     lengths = pc.list_value_length(column)
     least = FOOTER_MIN_MEMBERS if above is None else above
-    large = pc.indices_nonzero(pc.fill_null(pc.greater(lengths, least), False))
+    large = pc.indices_nonzero(
+        pc.fill_null(pc.greater(lengths, pa.scalar(least, lengths.type)), False)
+    )
     codes = list(range(len(column)))
     if len(large):
         values = column.values
