@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import builtins
 import gc
 import multiprocessing
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 
 from fr_otel.archive import importer
 from fr_otel.sim import FleetSpec, simulate, write_fleet
+from tests.import_attempts import import_attempts
 
 
 def _gc_state_after_init(parent: int) -> bool:
@@ -88,27 +87,19 @@ def test_with_too_few_dumps_for_workers_it_runs_before_the_conversion(tmp_path: 
 def test_converting_a_dump_tries_to_import_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pyarrow infers an untyped scalar's type, and on the way tries to import dateutil
-    each time where it is not installed: 0.15 ms a dump, 4% of a worker's time. Both
-    kinds of rank file, converted in this process (one worker)."""
+    """0.15 ms a dump, 4% of a worker's time, before parse and the footers handed typed
+    scalars (tests/import_attempts.py). Both kinds of rank file, converted in this process
+    (one worker)."""
     dumps = _fleet(tmp_path, 4)
     for scratch_files in (False, True):  # once, so that what is used is loaded
         importer.import_dumps(
             [dumps], archive=tmp_path / "warm", workers=1, scratch_files=scratch_files
         )
-    tried: list[str] = []
-    real = builtins.__import__
-
-    def watched(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name not in sys.modules:
-            tried.append(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", watched)
-    for scratch_files in (False, True):
-        archive = tmp_path / f"scratch-{scratch_files}"
-        report = importer.import_dumps(
-            [dumps], archive=archive, workers=1, scratch_files=scratch_files
-        )
-        assert report.ok and len(report.files_written) == 4
-    assert tried == []
+    with import_attempts(monkeypatch) as attempts:
+        for scratch_files in (False, True):
+            archive = tmp_path / f"scratch-{scratch_files}"
+            report = importer.import_dumps(
+                [dumps], archive=archive, workers=1, scratch_files=scratch_files
+            )
+            assert report.ok and len(report.files_written) == 4
+    assert attempts == []

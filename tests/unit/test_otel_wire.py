@@ -25,6 +25,7 @@ from fr_otel.otel.encode import MAX_REQUEST_BYTES, encode_requests
 from fr_otel.otel.wire import encode_requests_fast
 from fr_otel.schema import RECORD_SCHEMA, empty_table
 from fr_otel.sim import FleetSpec, simulate, write_fleet
+from tests.import_attempts import import_attempts
 from tests.rows import canonical_row, canonical_table
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -511,25 +512,13 @@ def test_a_span_needs_job_rank_and_record_id(column: str) -> None:
 def test_encoding_attempts_no_import(
     fleets: dict[str, pa.Table], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # pyarrow converts a Python literal given to a compute function on every call and then
-    # tries to import dateutil, which is not installed: 0.1 ms a call, most of a small
-    # batch's encoding in continuous mode. The encoder hands Arrow scalars instead.
-    import builtins
-    import sys
-
+    # most of a small batch's encoding in continuous mode, before the encoder handed Arrow
+    # scalars (tests/import_attempts.py)
     table = next(iter(fleets.values()))
     list(encode_requests_fast(table))  # anything imported once for good is imported now
-    attempts: list[str] = []
-    real_import = builtins.__import__
-
-    def counting_import(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name not in sys.modules:
-            attempts.append(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", counting_import)
-    for name, fleet in fleets.items():
-        assert list(encode_requests_fast(fleet)), name
+    with import_attempts(monkeypatch) as attempts:
+        for name, fleet in fleets.items():
+            assert list(encode_requests_fast(fleet)), name
     assert attempts == []
 
 
