@@ -20,6 +20,7 @@ from fr_otel.archive.manifest import read_manifest
 from fr_otel.dumps.discover import discover
 from fr_otel.dumps.load import load_dump_file
 from fr_otel.dumps.parse import SHARED_COLUMNS
+from fr_otel.sim import FleetSpec, simulate, write_fleet
 from tests.fixtures import two_real_gloo_runs
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -111,3 +112,55 @@ def test_analysing_dumps_reads_every_column_as_the_archive_gives_it(
 
 def _paths(connection: Any) -> list[tuple[str]]:
     return connection.execute("SELECT path FROM src_rank_files ORDER BY path").fetchall()
+
+
+def test_the_import_hands_over_each_scratch_file_mapped_as_committed(tmp_path: Path) -> None:
+    """The parent maps each scratch file as its outcome arrives (``importer._received``),
+    while the workers convert the rest, for the analysis to scan. What it hands over is
+    the committed file's rows; a file staged again later (gloo's memberships inferred,
+    runs split apart) is left for the analysis to map."""
+    write_fleet(simulate(FleetSpec(world=16, entries=50)), tmp_path / "sim")
+    report = import_dumps(
+        [tmp_path / "sim"],
+        archive=tmp_path / "a",
+        workers=2,
+        members_in_files=False,
+        scratch_files=True,
+    )
+    assert report.ok and len(report.files_written) == 16
+    assert set(report.scratch_tables) == set(report.files_written)
+    for path, table in report.scratch_tables.items():
+        assert table.equals(scratch.read(path)), path
+
+    (tmp_path / "gloo").mkdir()
+    two_real_gloo_runs(tmp_path / "gloo")  # every file staged again, for both reasons
+    report = import_dumps(
+        [tmp_path / "gloo"],
+        archive=tmp_path / "b",
+        workers=2,
+        members_in_files=False,
+        scratch_files=True,
+    )
+    assert report.runs_split and len(report.files_written) == 6
+    assert len(report.scratch_tables) < len(report.files_written)
+    for path, table in report.scratch_tables.items():
+        assert table.equals(scratch.read(path)), path
+
+
+def test_the_analysis_scans_the_files_the_import_mapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_fleet(simulate(FleetSpec(world=16, entries=50)), tmp_path / "sim")
+    opened: list[Path] = []
+    real = scratch.mapped
+
+    def counted(path: Path) -> pa.Table:
+        opened.append(path)
+        return real(path)
+
+    monkeypatch.setattr(scratch, "mapped", counted)
+    with open_source(tmp_path / "sim") as source:
+        assert len(_paths(source.connection)) == 16
+        (rows,) = source.connection.execute("SELECT count(*) FROM src").fetchone()
+        assert rows == 16 * 50
+    assert len(opened) == 16  # each once, by the import

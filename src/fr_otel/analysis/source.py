@@ -15,7 +15,7 @@ import importlib
 import logging
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -121,6 +121,7 @@ def register_archive(
     only: Incident | None = None,
     written: list[RankFile] | None = None,
     members: RankMembers | None = None,
+    scratch_tables: Mapping[Path, pa.Table] | None = None,
 ) -> CheckedFiles:
     """Make ``src`` a view over the rows of ``archive`` (of one incident when ``only``),
     in the current canonical schema. Columns that older files lack read as NULL. The view
@@ -135,7 +136,9 @@ def register_archive(
     every page is being verified (``verifying_pages``). ``members``: each rank's groups'
     members, for files written without ``pg_ranks`` (``ImportReport.members``): ``src``
     reads the column from them, as it reads the lists of the large groups whose members a
-    file keeps in its footer (``archive.footer_members``).
+    file keeps in its footer (``archive.footer_members``). ``scratch_tables``: the rows of
+    scratch files in ``written`` that the import mapped already
+    (``ImportReport.scratch_tables``).
     """
     scratch_files = written is not None and any(scratch.is_scratch(f.path) for f in written)
     if written is not None and (scratch_files or not pages_verified()):
@@ -173,7 +176,9 @@ def register_archive(
         connection.execute("DROP TABLE IF EXISTS src_rank_groups")
         connection.execute("DROP TABLE IF EXISTS src_memberships")
     if scratch_files:
-        scan = _register_scratch(connection, "src_scratch", [f.path for f in checked.good])
+        scan = _register_scratch(
+            connection, "src_scratch", [f.path for f in checked.good], scratch_tables
+        )
     else:
         # files written by one fr_otel share their columns; an archive may mix versions
         scan = _scan(files, union=len({f.columns for f in checked.good}) > 1)
@@ -199,10 +204,16 @@ def register_archive(
     return checked
 
 
-def _register_scratch(connection: duckdb.DuckDBPyConnection, name: str, paths: list[Path]) -> str:
-    """Register scratch files (``archive.scratch``) as ``name``, a scan of their rows.
-    The connection's own: unlike a view, its cursors do not see it."""
-    connection.register(name, scratch.rows(paths))
+def _register_scratch(
+    connection: duckdb.DuckDBPyConnection,
+    name: str,
+    paths: list[Path],
+    ready: Mapping[Path, pa.Table] | None = None,
+) -> str:
+    """Register scratch files (``archive.scratch``) as ``name``, a scan of their rows
+    (``ready``: see ``scratch.rows``). The connection's own: unlike a view, its cursors do
+    not see it."""
+    connection.register(name, scratch.rows(paths, ready))
     return name
 
 
@@ -565,6 +576,7 @@ def open_source(
         problems: list[DumpError] = []
         written: list[RankFile] | None = None
         members: RankMembers | None = None
+        scratch_tables: Mapping[Path, pa.Table] | None = None
         chosen: Incident | None = None
         in_archive = is_archive(path)
         if in_archive:
@@ -572,6 +584,7 @@ def open_source(
         else:
             archive, report = _import_for_analysis(stack, path, job, incident)
             members = report.members
+            scratch_tables = report.scratch_tables
             problems = report.problems
             if not report.files_written:
                 unusable = [p for p in problems if p.problem != "missing"]
@@ -612,6 +625,7 @@ def open_source(
             if written is None
             else [f for f in written if (f.job, f.incident) == (chosen.job, chosen.incident)],
             members=members,
+            scratch_tables=scratch_tables,
         )
         manifest = read_manifest(archive, chosen.job, chosen.incident)
         if manifest is not None:
