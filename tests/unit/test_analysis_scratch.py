@@ -15,7 +15,7 @@ import pytest
 
 from fr_otel.analysis import analyze
 from fr_otel.analysis.source import open_source
-from fr_otel.archive import import_dumps, scratch
+from fr_otel.archive import ImportReport, import_dumps, scratch
 from fr_otel.archive.manifest import read_manifest
 from fr_otel.dumps.discover import discover
 from fr_otel.dumps.load import load_dump_file
@@ -114,37 +114,32 @@ def _paths(connection: Any) -> list[tuple[str]]:
     return connection.execute("SELECT path FROM src_rank_files ORDER BY path").fetchall()
 
 
+def _imported_for_analysis(dumps: Path, archive: Path) -> ImportReport:
+    """``dumps`` imported as ``open_source`` imports them, with workers; every table the
+    import hands over checked against its committed file."""
+    report = import_dumps(
+        [dumps], archive=archive, workers=2, members_in_files=False, scratch_files=True
+    )
+    for path, table in report.scratch_tables.items():
+        assert table.equals(scratch.read(path)), path
+    return report
+
+
 def test_the_import_hands_over_each_scratch_file_mapped_as_committed(tmp_path: Path) -> None:
     """The parent maps each scratch file as its outcome arrives (``importer._received``),
     while the workers convert the rest, for the analysis to scan. What it hands over is
     the committed file's rows; a file staged again later (gloo's memberships inferred,
     runs split apart) is left for the analysis to map."""
     write_fleet(simulate(FleetSpec(world=16, entries=50)), tmp_path / "sim")
-    report = import_dumps(
-        [tmp_path / "sim"],
-        archive=tmp_path / "a",
-        workers=2,
-        members_in_files=False,
-        scratch_files=True,
-    )
+    report = _imported_for_analysis(tmp_path / "sim", tmp_path / "a")
     assert report.ok and len(report.files_written) == 16
     assert set(report.scratch_tables) == set(report.files_written)
-    for path, table in report.scratch_tables.items():
-        assert table.equals(scratch.read(path)), path
 
     (tmp_path / "gloo").mkdir()
     two_real_gloo_runs(tmp_path / "gloo")  # every file staged again, for both reasons
-    report = import_dumps(
-        [tmp_path / "gloo"],
-        archive=tmp_path / "b",
-        workers=2,
-        members_in_files=False,
-        scratch_files=True,
-    )
+    report = _imported_for_analysis(tmp_path / "gloo", tmp_path / "b")
     assert report.runs_split and len(report.files_written) == 6
     assert len(report.scratch_tables) < len(report.files_written)
-    for path, table in report.scratch_tables.items():
-        assert table.equals(scratch.read(path)), path
 
 
 def test_the_analysis_scans_the_files_the_import_mapped(
