@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -88,20 +89,26 @@ def test_analyze_reads_a_ring_folder_as_it_reads_dumps(
     assert root["culprit_ranks"] == [1], root
 
 
+def _run_rings(rings: Path, run: str) -> None:
+    """Two ranks of one run, rank 1 stopped inside its third all_reduce."""
+    for rank in range(2):
+        write_ring(
+            ring_base(rings, "train", rank, run),
+            rank=rank,
+            world=2,
+            job="train",
+            seqs=range(1, 4),
+            running_last=rank == 1,
+            run_id=run,
+        )
+
+
 def test_rings_of_two_runs_of_a_job_become_two_incidents(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rings = tmp_path / "_rings"
     for run in ("20261201T070000Z-aaaa1111", "20261201T071500Z-bbbb2222"):
-        for rank in range(2):
-            write_ring(
-                ring_base(rings, "train", rank, run),
-                rank=rank,
-                world=2,
-                job="train",
-                seqs=range(1, 4),
-                run_id=run,
-            )
+        _run_rings(rings, run)
     archive = tmp_path / "archive"
     assert main(["import", str(rings), "--archive", str(archive), "--incident", "i"]) == 0
     folders = sorted(p.name for p in (archive / "job=train").iterdir())
@@ -113,3 +120,45 @@ def test_rings_of_two_runs_of_a_job_become_two_incidents(
     # analysed together they would look like one job: never
     assert main(["analyze", str(rings)]) == 2
     assert "rings of 2 runs" in capsys.readouterr().err
+
+
+def _incidents(archive: Path) -> dict[str, list[dict[str, object]]]:
+    """Each incident folder of job ``train``: its rows, in rank and record order."""
+    return {
+        folder.name: sorted(
+            pq.read_table(folder).to_pylist(), key=lambda r: (r["rank"], r["record_id"])
+        )
+        for folder in sorted((archive / "job=train").iterdir())
+    }
+
+
+def test_importing_the_same_rings_again_replaces_the_first_import(tmp_path: Path) -> None:
+    """Without ``--incident`` the incident is named after the rings, not the time of the
+    import: a second import of the same rings lands on the first, row for row (before,
+    each import made an incident of its own, its rows dated by the import)."""
+    rings = tmp_path / "_rings"
+    _run_rings(rings, "20261201T070000Z-aaaa1111")
+    archive = tmp_path / "archive"
+    assert main(["import", str(rings), "--archive", str(archive)]) == 0
+    first = _incidents(archive)
+    assert main(["import", str(rings), "--archive", str(archive)]) == 0
+    assert _incidents(archive) == first
+    [name] = first
+    assert len(first[name]) == 6
+    # still told apart as rings, and by run, by whoever lists the archive
+    assert "-aaaa1111-rings-" in name
+    # a copy of the same rings is the same evidence: its rows replace the first's too
+    copy = tmp_path / "copy" / "_rings"
+    shutil.copytree(rings, copy)
+    assert main(["import", str(copy), "--archive", str(archive)]) == 0
+    assert list(_incidents(archive)) == [name]
+    assert len(_incidents(archive)[name]) == 6
+
+    # another run's rings are other evidence: another incident
+    other = tmp_path / "other" / "_rings"
+    _run_rings(other, "20261201T071500Z-bbbb2222")
+    assert main(["import", str(other), "--archive", str(archive)]) == 0
+    incidents = _incidents(archive)
+    assert len(incidents) == 2 and len(incidents[name]) == 6
+    [second] = set(incidents) - {name}
+    assert "-bbbb2222-rings-" in second and len(incidents[second]) == 6

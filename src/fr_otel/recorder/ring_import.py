@@ -3,6 +3,7 @@ flushed, for ``fr-otel import`` and ``fr-otel analyze`` of a ring folder."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,8 +12,13 @@ import pyarrow as pa
 
 from fr_otel import config
 from fr_otel.archive.rows import write_rows
+from fr_otel.recorder.incident_ids import RUN_PART_LENGTH
 from fr_otel.recorder.ring import TORCH_RING_DIR, RingContents, read_ring
+from fr_otel.recorder.slot import FIELDS
 from fr_otel.recorder.table import ring_table
+
+_TIMES = [index for index, (name, _) in enumerate(FIELDS) if name in ("created_ns", "done_ns")]
+"""Where a slot tuple holds its creation and completion times."""
 
 
 def holds_rings(path: Path) -> bool:
@@ -31,10 +37,12 @@ def import_rings(
     paths: list[Path], target: Path, job: str | None, incident: str | None
 ) -> RingImport:
     """Write the rings under ``paths`` into the archive ``target``: one incident per run
-    (rings of two launches of a job are never mixed), named ``incident`` (default: now,
-    ``-rings``), with the run id's last 8 characters appended when there are several."""
-    name = incident or time.strftime("%Y%m%dT%H%M%SZ-rings", time.gmtime())
-    config.validate_partition_value("incident", name)
+    (rings of two launches of a job are never mixed), named ``incident`` (with the run
+    id's last 8 characters appended when there are several), or else after the rings
+    themselves (``rings_incident``), so that importing the same rings again replaces
+    what the first import wrote."""
+    if incident is not None:
+        config.validate_partition_value("incident", incident)
     # a rank's torch ring (``_torch/``) is read with its own ring, never as a rank of its own
     bases = sorted(
         {
@@ -54,18 +62,64 @@ def import_rings(
             continue
         by_run.setdefault(contents.run, []).append(contents)
     for run, rings in sorted(by_run.items(), key=lambda item: item[0] or ""):
-        named = name if len(by_run) == 1 else f"{name}-{(run or 'norun')[-8:]}"
+        if incident is None:
+            named = rings_incident(rings)
+        else:
+            named = incident if len(by_run) == 1 else f"{incident}-{(run or 'norun')[-8:]}"
+        config.validate_partition_value("incident", named)
         tables = [
             ring_table(
                 contents,
                 job=config.job_name(job) if job or not contents.job else contents.job,
                 incident=named,
-                dump_time_ns=time.time_ns(),
+                # nobody dumped these buffers: when their ranks stopped is unknown, which
+                # the analysis reads as past every timeout. The time of the import would
+                # make each import's rows differ, and say nothing about the ranks
+                dump_time_ns=None,
                 members_as_dictionary=True,  # write_rows keeps large groups' lists once
             )
             for contents in rings
         ]
         table = pa.concat_tables(tables)
-        write_rows(table, target)
+        write_rows(table, target)  # replaces the rank files an earlier import wrote
         result.incidents[named] = (len(tables), len(table))
     return result
+
+
+def rings_incident(rings: list[RingContents]) -> str:
+    """A stable id for one run's rings: ``<UTC time of their newest entry>-<run>-rings-<hash>``.
+
+    The hash covers what tells one ring's contents from another's without reading every
+    slot: each ring's job, run, rank, owner (pid, host), creation time, and how far it
+    got (its records, first and last, and the newest time written). Reading the same
+    files again gives the same id, wherever they were copied; another run, another set
+    of ranks or a ring written further gives another.
+    """
+    facts = []
+    for contents in rings:
+        slots = contents.slots
+        latest = max(
+            (slot[index] for slot in slots for index in _TIMES), default=contents.created_ns
+        )
+        first, last = (slots[0][0], slots[-1][0]) if slots else (-1, -1)
+        facts.append(
+            (
+                contents.rank,
+                contents.job or "",
+                contents.run or "",
+                contents.pid or 0,
+                contents.host or "",
+                contents.created_ns,
+                len(slots),
+                first,
+                last,
+                latest,
+            )
+        )
+    facts.sort()  # in the same order whatever order the files were found in
+    newest = max(fact[-1] for fact in facts)
+    digest = hashlib.sha256(repr(facts).encode())
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(newest // 1_000_000_000))
+    run = rings[0].run
+    run_part = f"{run[-RUN_PART_LENGTH:].strip('-.')}-" if run else ""
+    return f"{stamp}-{run_part}rings-{digest.hexdigest()[:10]}"

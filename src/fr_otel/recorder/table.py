@@ -137,7 +137,7 @@ def ring_table(
     *,
     job: str,
     incident: str,
-    dump_time_ns: int,
+    dump_time_ns: int | None,
     first_record: int = 0,
     completed_only: bool = False,
     members_as_dictionary: bool = False,
