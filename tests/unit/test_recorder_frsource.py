@@ -284,6 +284,27 @@ def test_only_entries_newer_than_the_last_read_are_copied_and_a_gap_is_counted(
     assert mirror.stats.missed == 1
 
 
+def test_collectives_torch_overwrote_unread_and_no_hook_recorded_are_noted_as_gaps(
+    tmp_path: Path,
+) -> None:
+    main, torch, mirror = _setup(tmp_path)
+    for _ in range(3):
+        torch.issue("all_reduce")
+    mirror.read()
+    for _ in range(3):
+        torch.issue("all_reduce")  # 4-6
+    _hook(main, torch, "barrier")  # 7, in the ring already
+    for _ in range(5):
+        torch.issue("all_reduce")  # 8-12
+    del torch.entries[:10]  # torch's buffer wrapped: seqs up to 10 are gone unread
+    mirror.read()
+    gaps = [(g.group, g.first, g.last) for g in read_ring(main.base).gaps]
+    assert gaps == [("0", 4, 6), ("0", 8, 10)]
+    assert mirror.stats.gaps == 2
+    mirror.read()  # nothing lost since: nothing more said
+    assert len(read_ring(main.base).gaps) == 2
+
+
 def test_entries_out_of_record_order_or_without_a_record_id_are_read_in_order(
     tmp_path: Path,
 ) -> None:

@@ -18,7 +18,7 @@ from fr_otel.config import RecorderSettings
 from fr_otel.otel.transport import RequestExporter
 from fr_otel.recorder.frmerge import merge_gpu_state
 from fr_otel.recorder.ring import RingContents
-from fr_otel.recorder.table import ring_table
+from fr_otel.recorder.table import past_gaps, ring_table
 from fr_otel.sinks.parquet import ParquetSink
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def flush_ring(
         # a large group's members once, not copied into each row: the archive keeps them
         # in its files' footers and the spans as rank runs
         table = ring_table(
-            contents,
+            past_gaps(contents),
             job=settings.job,
             incident=incident,
             dump_time_ns=time.time_ns(),

@@ -32,10 +32,10 @@ import statistics
 import time
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from itertools import pairwise, repeat
+from itertools import groupby, pairwise, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -218,6 +218,13 @@ def _in_record_order(entries: pa.StructArray) -> tuple[pa.StructArray, list[int]
     return entries, records
 
 
+def _runs(values: list[int]) -> Iterator[tuple[int, int]]:
+    """(first, last) of each run of consecutive values in sorted ``values``."""
+    for _, run in groupby(enumerate(values), lambda pair: pair[1] - pair[0]):
+        items = [value for _, value in run]
+        yield items[0], items[-1]
+
+
 def _is_gloo(profiling_name: str | None) -> bool:
     return str(profiling_name or "").startswith("gloo:")
 
@@ -239,6 +246,8 @@ class MirrorStats:
     """FR entries written to the torch ring (the hooks had not recorded them)."""
     missed: int = 0
     """FR entries torch overwrote before a read (its buffer is smaller than the gap)."""
+    gaps: int = 0
+    """Runs of a group's collectives noted as lost in the ring (``RingWriter.note_gap``)."""
     last_cost_s: float = 0.0
     """CPU time of the last read (the GIL is held for most of it)."""
     total_cost_s: float = 0.0
@@ -443,8 +452,11 @@ class FrMirror:
             if sources is None:
                 return None
             self._scan_main()  # after the dump: every hooked op of it is in the ring now
+            missed = self.stats.missed
             for source, entries in sources.items():
                 self._take(source, entries)
+            if self.stats.missed > missed:
+                self._note_gaps(counters, sources.values())
             self._read_upto.update(counters)
             self._prune()
         finally:
@@ -484,6 +496,32 @@ class FrMirror:
                 self._pending[(source, key)] = pending
             self.stats.mirrored += len(rows)
         self._last_fr_record[source] = max(last, records[-1])
+
+    def _note_gaps(self, counters: dict[str, int], dumps: Iterable[pa.StructArray]) -> None:
+        """Torch overwrote entries before this read: note, per group, the collectives
+        issued since the last read that neither ring holds (the hooks did not record them,
+        this dump no longer has them), so that no reader takes them for skipped."""
+        held: dict[str, set[int]] = {}
+        for entries in dumps:
+            column = entries.field
+            names = _first_items(column("process_group")).to_pylist()
+            for name, seq, p2p in zip(
+                names,
+                column("collective_seq_id").to_pylist(),
+                column("is_p2p").to_pylist(),
+                strict=True,
+            ):
+                if not p2p and seq is not None:
+                    held.setdefault(str(name), set()).add(seq)
+        for name, count in counters.items():
+            start = self._read_upto.get(name, 0) + 1
+            if count < start:
+                continue
+            hooked = {seq for p2p, seq in self._hooked.get(name, ()) if not p2p}
+            lost = set(range(start, count + 1)) - hooked - held.get(name, set())
+            for first, last in _runs(sorted(lost)):
+                self.ring.note_gap(name, first, last)
+                self.stats.gaps += 1
 
     def _finish_pending(self, source: str, entries: pa.StructArray, records: list[int]) -> None:
         """Ops running at an earlier read that torch now says completed."""

@@ -241,11 +241,35 @@ class Recorder:
             contents = contents.merged(mirror.ring.snapshot())
         return contents
 
-    def uncaught(self, exc: BaseException) -> None:
-        """An exception nobody caught (any thread): the job is failing; flush it all."""
+    def uncaught(self, exc: BaseException, main_thread: bool = True) -> None:
+        """An exception nobody caught (any thread): the job is failing; flush it all. In
+        the main thread it also ends the rank: its record ends there."""
         if self.ring is None or isinstance(exc, KeyboardInterrupt | SystemExit):
             return
         self._flush_job("uncaught_exception")
+        if main_thread:
+            self._note_end("exception", type(exc).__name__)
+
+    def _note_end(self, how: str, detail: str | None = None) -> None:
+        """Read torch's FR a last time and mark the ring ended (``RingWriter.note_end``):
+        a rank whose record stops because it ended must never look like one that stopped
+        issuing what its peers went on to."""
+        writer = self.ring
+        if writer is None:
+            return
+        self.read_torch_fr()
+        try:
+            writer.note_end(how, detail)
+            writer.sync()
+        except Exception as exc:  # the ring is still read without it
+            self.stats.recorder_errors += 1
+            logger.warning("fr_otel: cannot mark the end of rank %s's ring: %r", self.rank, exc)
+
+    def group_destroying(self, default: bool) -> None:
+        """A process group is about to be destroyed: once the default one goes, torch's
+        registry no longer names the groups, so torch's FR is read while it still does."""
+        if default and self.ring is not None:
+            self.read_torch_fr()
 
     def _end_by_signal(self, number: int) -> None:
         """The launcher's SIGTERM, once this rank's incident is declared: end by it, but
@@ -257,6 +281,7 @@ class Recorder:
 
         if self._flush_lock.acquire(timeout=self.settings.flush_deadline_s):
             self._flush_lock.release()
+        self._note_end("signal", _signal_name(number))
         end_by_signal(number)
 
     def aborted(self) -> None:
@@ -264,6 +289,7 @@ class Recorder:
         check): called in the aborting thread, bounded by an alarm; flush it all."""
         if self.ring is not None:
             self._flush_job("aborted")
+            self._note_end("abort", "SIGABRT")
 
     def _running(self) -> list[tuple[int, int, int]]:
         """(record, created ns, timeout ns) of the newest ops still running."""
@@ -505,8 +531,10 @@ class Recorder:
             self._listener.join(timeout=self.settings.flush_deadline_s)
         if self._flush_lock.acquire(timeout=self.settings.flush_deadline_s):
             self._flush_lock.release()
+        # in every mode: what torch saw since the last read goes into the ring (and out,
+        # in continuous mode) before the ring says the rank ended
+        self._note_end("exit")
         if self._mirror_stream is not None:
-            self.read_torch_fr()  # what torch saw since the last read goes out too
             missed = self.mirror_stats.missed if self.mirror_stats is not None else 0
             if missed:
                 logger.warning(
@@ -587,7 +615,7 @@ def _chain_exception_hooks(recorder: Recorder) -> None:
     def thread_excepthook(args: Any) -> None:
         thread = args.thread
         if args.exc_value is not None and not (thread and thread.name.startswith("fr_otel")):
-            recorder.uncaught(args.exc_value)
+            recorder.uncaught(args.exc_value, main_thread=thread is threading.main_thread())
         previous_thread(args)
 
     threading.excepthook = thread_excepthook
@@ -625,6 +653,15 @@ def _install_last_gasp(recorder: Recorder) -> bool:
     except OSError as exc:
         logger.info("fr_otel: no flush on SIGABRT: %r", exc)
         return False
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _torch_dump_file(rank: int) -> Path | None:

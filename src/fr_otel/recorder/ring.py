@@ -322,6 +322,27 @@ class RingWriter:
         self._contents.flushed.add(incident)
         self._append({"t": "flushed", "incident": incident})
 
+    def note_gap(self, group: str, first: int, last: int) -> None:
+        """Collectives ``first`` to ``last`` of ``group`` were issued but are in neither of
+        the rank's rings (torch overwrote them before a read): a reader must not take
+        their absence for a skip."""
+        gap = Gap(group=group, first=first, last=last)
+        self._contents.gaps.append(gap)
+        self._append({"t": "gap", "group": group, "first": first, "last": last})
+
+    def note_end(self, how: str, detail: str | None = None) -> None:
+        """The rank is ending (``END_KINDS``), after its last read of torch's FR: its rings
+        hold everything it issued up to now, so what is absent after its last record was
+        never issued. Only the first end counts (a signal's handler may run after an
+        exception's)."""
+        if self._contents.ended is not None:
+            return
+        end = RankEnd(how=how, detail=detail, ns=time.time_ns(), records=self.next_record)
+        self._contents.ended = end
+        self._append(
+            {"t": "end", "how": how, "detail": detail, "ns": end.ns, "records": end.records}
+        )
+
     def slots(self, first_record: int = 0, end: int | None = None) -> list[tuple[int, ...]]:
         """The raw slots of records ``first_record`` to ``end`` the ring still holds."""
         end = self.next_record if end is None else end
@@ -411,6 +432,7 @@ class RingWriter:
             errors=dict(held.errors),
             flushed=set(held.flushed),
             slots=slots,
+            gaps=list(held.gaps),
         )
 
     def sibling(self, base: Path) -> RingWriter:
@@ -445,6 +467,33 @@ class RingWriter:
 
 # --- reading ----------------------------------------------------------------------------
 
+END_KINDS: Final = ("exit", "exception", "signal", "abort")
+"""How a rank's record can end: the interpreter exiting normally, an exception nobody
+caught, a signal that ends it (the launcher's SIGTERM), SIGABRT. A rank killed outright
+(SIGKILL, the OOM killer) writes none: its record has no end."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankEnd:
+    """How and when a rank's record ended (``RingWriter.note_end``)."""
+
+    how: str
+    detail: str | None = None
+    """The exception's type or the signal's name."""
+    ns: int
+    records: int
+    """Records the rank's own ring held then."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gap:
+    """Collectives of one group this rank issued that neither of its rings holds."""
+
+    group: str
+    """The group's name."""
+    first: int
+    last: int
+
 
 @dataclass(kw_only=True)
 class RingContents:
@@ -468,6 +517,9 @@ class RingContents:
     flushed: set[str] = field(default_factory=set)
     slots: list[tuple[int, ...]] = field(default_factory=list)
     """Decoded slots in record order (record id first, as in the file)."""
+    ended: RankEnd | None = None
+    """How the rank ended; None while it runs, or when it was killed outright."""
+    gaps: list[Gap] = field(default_factory=list)
 
     def merged(self, torch_ring: RingContents) -> RingContents:
         """These contents and those of the rank's torch ring (``torch_ring_base``), as
@@ -488,6 +540,8 @@ class RingContents:
             errors={**self.errors, **{r + records: e for r, e in torch_ring.errors.items()}},
             flushed=self.flushed | torch_ring.flushed,
             slots=self.slots + moved,
+            ended=self.ended or torch_ring.ended,
+            gaps=self.gaps + torch_ring.gaps,
         )
 
 
@@ -540,6 +594,17 @@ def _read_meta(path: Path, contents: RingContents) -> None:
                 contents.errors[item["record"]] = item["text"]
             elif kind == "flushed":
                 contents.flushed.add(item["incident"])
+            elif kind == "gap":
+                contents.gaps.append(
+                    Gap(group=item["group"], first=item["first"], last=item["last"])
+                )
+            elif kind == "end" and contents.ended is None:
+                contents.ended = RankEnd(
+                    how=item["how"],
+                    detail=item.get("detail"),
+                    ns=item["ns"],
+                    records=item["records"],
+                )
 
 
 def read_ring(base: Path, rank: int | None = None) -> RingContents:

@@ -15,7 +15,7 @@ from fr_otel.archive.rows import write_rows
 from fr_otel.recorder.incident_ids import RUN_PART_LENGTH
 from fr_otel.recorder.ring import TORCH_RING_DIR, RingContents, read_ring
 from fr_otel.recorder.slot import FIELDS
-from fr_otel.recorder.table import ring_table
+from fr_otel.recorder.table import past_gaps, ring_table
 
 _TIMES = [index for index, (name, _) in enumerate(FIELDS) if name in ("created_ns", "done_ns")]
 """Where a slot tuple holds its creation and completion times."""
@@ -69,7 +69,7 @@ def import_rings(
         config.validate_partition_value("incident", named)
         tables = [
             ring_table(
-                contents,
+                past_gaps(contents),
                 job=config.job_name(job) if job or not contents.job else contents.job,
                 incident=named,
                 # nobody dumped these buffers: when their ranks stopped is unknown, which

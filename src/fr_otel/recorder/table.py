@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -130,6 +131,23 @@ def _slot_fields(
         and s[4] in contents.signatures
     ]
     return list(zip(*kept, strict=True))
+
+
+def past_gaps(contents: RingContents) -> RingContents:
+    """``contents`` without each group's collectives up to its last gap
+    (``RingContents.gaps``): the rank's record of that group then begins after what it
+    lost, and a reader that compares ranks (the analyzer's windows) expects from it only
+    what it holds, never the collectives torch overwrote before a read. Without gaps,
+    ``contents`` itself."""
+    if not contents.gaps:
+        return contents
+    last: dict[str, int] = {}
+    for gap in contents.gaps:
+        last[gap.group] = max(last.get(gap.group, gap.last), gap.last)
+    upto = {i: last[g.name] for i, g in contents.groups.items() if g.name in last}
+    # slot fields: record, group, seq, p2p seq, signature, site, peer, ...
+    slots = [s for s in contents.slots if s[6] >= 0 or s[2] > upto.get(s[1], -1)]
+    return replace(contents, slots=slots)
 
 
 def ring_table(
