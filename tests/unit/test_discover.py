@@ -55,3 +55,13 @@ def test_one_file_named_several_ways_is_listed_once(tmp_path: Path) -> None:
     (tmp_path / "linked" / "rank_1").hardlink_to(dumps / "rank_1")
     found = discover([dumps, tmp_path / "via", tmp_path / "via" / "rank_0", tmp_path / "linked"])
     assert [f.path for f in found.files] == [dumps / "rank_0", dumps / "rank_1"]
+
+
+def test_job_and_incident_from_the_folders_the_recorder_saves_dumps_in() -> None:
+    saved = "/a/_fr_dumps/job=titan/run=20261201T070000Z-aaaa1111/incident=i-1/"
+    dump = parse_dump_name(Path(saved + "comm_lib_trace_rank_3"))
+    assert (dump.rank, dump.job, dump.incident) == (3, "titan", "i-1")
+    # the innermost folder of each; a name that only ends in job= is no such folder
+    dump = parse_dump_name(Path("job=a/incident=b/job=c/myjob=d/rank_0"))
+    assert (dump.job, dump.incident) == ("c", "b")
+    assert parse_dump_name(Path("dumps/rank_0")).job is None

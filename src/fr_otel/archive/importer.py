@@ -13,6 +13,14 @@ overlap: every rank was issuing collectives until the job stopped. Dumps that fa
 separate runs by these rules (a job restarted, two runs' dumps copied into one folder)
 are imported as separate incidents, ``<incident>-run1``, ``-run2``... oldest first.
 
+**Jobs.** A dump under a ``job=J`` folder (the recorder saves torch's own dumps as
+``_fr_dumps/job=J/run=R/incident=I/``) is imported under job ``J`` unless the caller names
+a job: trace ids derive from the job, so another job name gives other traces than the
+recorder's. One import may so write several jobs' incidents, each under its own import
+lock (a lock names one job). Dumps of different ``incident=I`` folders are never one
+incident; their incident ids are derived from the dumps like any other's, not taken from
+the folder, whose incident in the same archive holds the recorder's own rows.
+
 **Spans.** OTLP JSON lines files (``fr-otel export --otlp-json``, the Collector's file
 exporter), named or found in folders, are read back into rows (``fr_otel.otel.otlp_import``)
 instead: each span carries its job, incident and rank, a span delivered twice (a
@@ -86,6 +94,8 @@ ProgressCallback = Callable[[int, int], None]
 """Called with (files done, files total) as the import goes."""
 RankMembers = dict[tuple[str, int], dict[str, list[int] | None]]
 """(incident, rank) -> group name -> the group's members (``ImportReport.members``)."""
+_RankKey = tuple[str, str, int]
+"""(job, incident, rank): one rank file."""
 
 _WRITTEN_COLUMNS = frozenset(RECORD_SCHEMA.names)
 """A dump's table has the canonical columns (``dump_to_table``), and so has its file."""
@@ -122,7 +132,11 @@ class ImportReport:
 
     archive: Path
     job: str
+    """The job written, or the jobs, joined by commas (dumps under several ``job=J``
+    folders, spans of several jobs)."""
     incidents: list[str] = field(default_factory=list)
+    job_incidents: list[tuple[str, str]] = field(default_factory=list)
+    """(job, incident) of each incident written, in ``incidents`` order."""
     ranks: list[int] = field(default_factory=list)
     entries: int = 0
     groups: int = 0
@@ -140,8 +154,8 @@ class ImportReport:
     twins_skipped: list[Path] = field(default_factory=list)
     """Same buffer in a second encoding (``rank_3`` and ``rank_3.json``): one kept, pickle first."""
     strict_aborted: bool = False
-    memberships: dict[str, list[Membership]] = field(default_factory=dict)
-    """incident -> its groups (one per replica where replicas share a group name)."""
+    memberships: dict[tuple[str, str], list[Membership]] = field(default_factory=dict)
+    """(job, incident) -> its groups (one per replica where replicas share a group name)."""
     imported: list[IncidentImported] = field(default_factory=list)
     """Each incident written, in ``incidents`` order."""
     runs_split: bool = False
@@ -164,7 +178,8 @@ class ImportReport:
         return [incident.describe() for incident in self.imported]
 
     def summary(self) -> str:
-        """One line for a terminal or a log (and one more per run when runs were split)."""
+        """One line for a terminal or a log (and one more per incident when there are
+        several: runs split, several jobs' or incidents' folders, torchft quorums)."""
         if self.strict_aborted:
             return (
                 f"nothing written to {self.archive} (--strict): "
@@ -186,7 +201,8 @@ class ImportReport:
             if self.problems:
                 text += f"; {len(self.problems)} file(s) failed"
             return text
-        if self.runs_split:
+        several = self.runs_split or len(self.imported) > 1
+        if several:
             missing = "; ".join(
                 f"{i.incident}: {describe_ranks(i.missing_ranks)}" for i in self.imported
             )
@@ -204,9 +220,15 @@ class ImportReport:
         if self.runs_split:
             text += (
                 f"\nthe dumps are of {len(self.incidents)} runs (told apart by their times, FR"
-                " and library versions and world size), imported as separate incidents:\n"
-                + "\n".join(f"  {line}" for line in self.runs_described())
+                " and library versions and world size), imported as separate incidents:"
             )
+        elif several:
+            text += (
+                f"\ntheir folders (job=J, incident=I, torchft quorums) hold"
+                f" {len(self.incidents)} incidents:"
+            )
+        if several:
+            text += "\n" + "\n".join(f"  {line}" for line in self.runs_described())
         return text
 
 
@@ -358,22 +380,32 @@ def _quorum_name(base: str, quorum: str | None) -> str:
     return base if quorum is None else f"{base}-quorum{quorum}"
 
 
+def _dump_job(dump: DumpFile, job: str | None, default: str) -> str:
+    """The job a dump is imported under: ``job`` (the caller's), else its ``job=J``
+    folder's, else ``default`` (``config.job_name``)."""
+    return job if job is not None else dump.job or default
+
+
 def _plan(
     files: list[DumpFile],
     *,
     archive: Path,
-    job: str,
+    job: str | None,
+    default_job: str,
     incident: str | None,
-    owner: str | None,
+    owners: dict[str, str],
     members_in_files: bool,
     scratch_files: bool,
 ) -> list[_Task]:
+    """One task per dump; ``owners``: each job's import lock token."""
     suffix = scratch.SUFFIX if scratch_files and len(files) <= scratch.MAX_FILES else ".parquet"
-    by_quorum: dict[str | None, list[DumpFile]] = {}
+    by_group: dict[tuple[str, str, str], list[DumpFile]] = {}
     for dump in files:
-        by_quorum.setdefault(dump.quorum, []).append(dump)
+        key = (_dump_job(dump, job, default_job), dump.incident or "", dump.quorum or "")
+        by_group.setdefault(key, []).append(dump)
     tasks: list[_Task] = []
-    for quorum, group in sorted(by_quorum.items(), key=lambda kv: kv[0] or ""):
+    for (job_name, _, _), group in sorted(by_group.items()):
+        quorum = group[0].quorum
         base = incident if incident is not None else default_incident(group)
         name = _quorum_name(base, quorum)
         config.validate_partition_value("incident", name)
@@ -382,10 +414,10 @@ def _plan(
             tasks.append(
                 _Task(
                     dump=dump,
-                    job=job,
+                    job=job_name,
                     incident=name,
-                    final=rank_file(archive, job, name, rank, suffix=suffix),
-                    owner=owner,
+                    final=rank_file(archive, job_name, name, rank, suffix=suffix),
+                    owner=owners[job_name],
                     base=name,
                     members_in_file=members_in_files,
                 )
@@ -479,14 +511,17 @@ def split_runs(outcomes: list[_Outcome]) -> list[list[_Outcome]]:
 
 
 def _separate_runs(
-    outcomes: list[_Outcome], incident: str | None, lock: ImportLock | None, report: ImportReport
+    outcomes: list[_Outcome],
+    incident: str | None,
+    locks: dict[str, ImportLock],
+    report: ImportReport,
 ) -> None:
     """Give each run among the dumps of one planned incident an incident of its own."""
-    by_base: dict[str, list[_Outcome]] = {}
+    by_base: dict[tuple[str, str], list[_Outcome]] = {}
     for outcome in outcomes:
         if outcome.error is None:
-            by_base.setdefault(outcome.task.base, []).append(outcome)
-    for base, members in sorted(by_base.items()):
+            by_base.setdefault((outcome.task.job, outcome.task.base), []).append(outcome)
+    for (job, base), members in sorted(by_base.items()):
         runs = split_runs(members)
         if len(runs) < 2:
             continue
@@ -498,11 +533,10 @@ def _separate_runs(
             else:
                 name = _quorum_name(default_incident(o.task.dump for o in run), quorum)
             config.validate_partition_value("incident", name)
-            if lock is not None:
-                lock.add([name])
+            locks[job].add([name])
             for outcome in run:
                 _retarget(outcome, name)
-        _remove_if_empty(partition_dir(members[0].task.final.parents[2], members[0].task.job, base))
+        _remove_if_empty(partition_dir(members[0].task.final.parents[2], job, base))
 
 
 def _retarget(outcome: _Outcome, incident: str) -> None:
@@ -673,15 +707,15 @@ def _run(
 
 def _pick_per_rank(
     outcomes: list[_Outcome], report: ImportReport
-) -> tuple[dict[tuple[str, int], _Outcome], list[_Outcome]]:
-    """One outcome per (incident, rank); the rest are twins or reported duplicates."""
-    by_key: dict[tuple[str, int], list[_Outcome]] = {}
+) -> tuple[dict[_RankKey, _Outcome], list[_Outcome]]:
+    """One outcome per (job, incident, rank); the rest are twins or reported duplicates."""
+    by_key: dict[_RankKey, list[_Outcome]] = {}
     for outcome in outcomes:
         if outcome.error is None:
             rank = outcome.task.dump.rank
             assert rank is not None  # unnamed dumps fail in load_dump_file
-            by_key.setdefault((outcome.task.incident, rank), []).append(outcome)
-    kept: dict[tuple[str, int], _Outcome] = {}
+            by_key.setdefault((outcome.task.job, outcome.task.incident, rank), []).append(outcome)
+    kept: dict[_RankKey, _Outcome] = {}
     dropped: list[_Outcome] = []
     for key, candidates in sorted(by_key.items()):
         # Pickle first (it has stack frames), then the newest buffer, then path order.
@@ -699,19 +733,19 @@ def _pick_per_rank(
                     DumpError(
                         other.task.dump.path,
                         "duplicate",
-                        f"rank {key[1]} also has the dump {best.task.dump.path}, which holds a"
+                        f"rank {key[2]} also has the dump {best.task.dump.path}, which holds a"
                         " newer buffer; this one was not imported",
                     )
                 )
     return kept, dropped
 
 
-def _fill_memberships(kept: dict[tuple[str, int], _Outcome], report: ImportReport) -> None:
-    incidents = sorted({incident for incident, _ in kept})
-    for incident in incidents:
-        members = {rank: o for (inc, rank), o in kept.items() if inc == incident}
+def _fill_memberships(kept: dict[_RankKey, _Outcome], report: ImportReport) -> None:
+    incidents = sorted({(job, incident) for job, incident, _ in kept})
+    for job, incident in incidents:
+        members = {rank: o for (j, inc, rank), o in kept.items() if (j, inc) == (job, incident)}
         memberships = resolve_memberships({rank: o.groups for rank, o in members.items()})
-        report.memberships[incident] = memberships
+        report.memberships[(job, incident)] = memberships
         for outcome in members.values():
             if outcome.incomplete_membership and outcome.staged is not None:
                 table = read_staged(outcome.staged)
@@ -753,7 +787,7 @@ def _write_manifest(archive: Path, job: str, incident: str, report: ImportReport
         incident,
         (
             GroupMembers(name=m.name, desc=m.desc, ranks=m.ranks, inferred=m.inferred)
-            for m in report.memberships.get(incident, [])
+            for m in report.memberships.get((job, incident), [])
         ),
     )
 
@@ -782,7 +816,8 @@ def import_dumps(
     theirs). Raises ``ArchiveError`` when the archive itself cannot be written (nothing
     partial is left) and ``ConfigError`` for an unusable job or incident name, or for
     spans and dumps given together. Interrupted (``KeyboardInterrupt``), it stops its
-    workers and leaves no temporary file.
+    workers and leaves no temporary file. Without ``job``, a dump under a ``job=J`` folder
+    is imported under ``J`` (see the module's docstring), others under ``FR_OTEL_JOB``'s.
 
     ``members_in_files=False`` leaves ``pg_ranks`` (each row's group members) out of the
     rank files and puts each rank's groups in ``report.members`` instead: for an archive
@@ -825,24 +860,30 @@ def import_dumps(
     if not discovery.files:
         report.problems.sort(key=lambda e: e.path)
         return report
-    lock = ImportLock(archive_path, job_value, ())
+    jobs = sorted({_dump_job(dump, job, job_value) for dump in discovery.files})
+    report.job = ",".join(jobs)
+    locks = {name: ImportLock(archive_path, name, ()) for name in jobs}
     tasks = _plan(
         discovery.files,
         archive=archive_path,
-        job=job_value,
+        job=job,
+        default_job=job_value,
         incident=incident,
-        owner=lock.token,
+        owners={name: lock.token for name, lock in locks.items()},
         members_in_files=members_in_files,
         scratch_files=scratch_files,
     )
-    lock.add(t.incident for t in tasks)
+    for task in tasks:
+        locks[task.job].add([task.incident])
     outcomes: list[_Outcome] = []
     interrupted = False
-    with lock:
-        report.swept = len(sweep(archive_path, mine=lock))
+    with contextlib.ExitStack() as held:
+        for lock in locks.values():
+            held.enter_context(lock)
+        report.swept = sum(len(sweep(archive_path, mine=lock)) for lock in locks.values())
         try:
             outcomes = _run(tasks, config.import_workers(workers), on_progress, meanwhile)
-            _finish(outcomes, archive_path, job_value, incident, strict, lock, report)
+            _finish(outcomes, archive_path, incident, strict, locks, report)
             return report
         except BaseException:
             interrupted = True
@@ -851,11 +892,12 @@ def import_dumps(
             for outcome in outcomes:
                 if outcome.staged is not None:
                     discard_staged(outcome.staged)
-            if interrupted:
-                # what workers staged before they were stopped, whose names never came back
-                sweep(archive_path, mine=lock, also=((job_value, i) for i in lock.incidents))
-            for name in lock.incidents:
-                _remove_if_empty(partition_dir(archive_path, job_value, name))
+            for name, lock in locks.items():
+                if interrupted:
+                    # what workers staged before they were stopped, whose names never came back
+                    sweep(archive_path, mine=lock, also=((name, i) for i in lock.incidents))
+                for incident_name in lock.incidents:
+                    _remove_if_empty(partition_dir(archive_path, name, incident_name))
 
 
 def _names(names: Iterable[str]) -> str:
@@ -1058,6 +1100,7 @@ def _import_spans(
     )
     pairs.sort(key=lambda p: (p["time_created_ns_min"] or 0, p["job"], p["incident"]))
     report.incidents = list(dict.fromkeys(p["incident"] for p in pairs))
+    report.job_incidents = list(dict.fromkeys((p["job"], p["incident"]) for p in pairs))
     for pair in pairs:
         manifest = read_manifest(archive, pair["job"], pair["incident"])
         first, last = pair["time_created_ns_min"], pair["time_created_ns_max"]
@@ -1077,10 +1120,9 @@ def _import_spans(
 def _finish(
     outcomes: list[_Outcome],
     archive_path: Path,
-    job_value: str,
     incident: str | None,
     strict: bool,
-    lock: ImportLock,
+    locks: dict[str, ImportLock],
     report: ImportReport,
 ) -> None:
     """Everything after the workers: runs, duplicates, membership, commit, manifests."""
@@ -1088,7 +1130,7 @@ def _finish(
         if outcome.archive_error is not None:
             raise outcome.archive_error
     report.problems.extend(o.error for o in outcomes if o.error is not None)
-    _separate_runs(outcomes, incident, lock, report)
+    _separate_runs(outcomes, incident, locks, report)
     kept, dropped = _pick_per_rank(outcomes, report)
     for outcome in dropped:
         if outcome.staged is not None:
@@ -1132,18 +1174,26 @@ def _finish(
                 else {name: group.ranks for name, group in outcome.groups.items()}
             )
         report.entries += outcome.rows
-    report.ranks = sorted({rank for (_, rank), o in kept.items() if o.rows})
-    report.incidents = sorted(
-        {name for name, _ in kept},
-        key=lambda name: (_first_time(kept, name), name),
+    report.ranks = sorted({rank for (_, _, rank), o in kept.items() if o.rows})
+    report.job_incidents = sorted(
+        {(job, name) for job, name, _ in kept},
+        key=lambda pair: (_first_time(kept, pair), pair),
     )
+    report.incidents = [name for _, name in report.job_incidents]
+    jobs = sorted({job for job, _ in report.job_incidents})
+    if jobs:
+        report.job = ",".join(jobs)
     _record_files(report.rank_files)
-    for name in report.incidents:
-        manifest = _write_manifest(archive_path, job_value, name, report)
-        spans = [o.time_span for (inc, _), o in kept.items() if inc == name and o.time_span]
+    for job, name in report.job_incidents:
+        manifest = _write_manifest(archive_path, job, name, report)
+        spans = [
+            o.time_span
+            for (j, inc, _), o in kept.items()
+            if (j, inc) == (job, name) and o.time_span
+        ]
         report.imported.append(
             IncidentImported(
-                incident=name,
+                incident=name if len(jobs) == 1 else f"{job}/{name}",
                 ranks=manifest.ranks,
                 missing_ranks=manifest.missing_ranks,
                 time_span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
@@ -1164,8 +1214,9 @@ def _record_files(files: list[RankFile]) -> None:
             write_index(folder, entries)
 
 
-def _first_time(kept: dict[tuple[str, int], _Outcome], incident: str) -> int:
+def _first_time(kept: dict[_RankKey, _Outcome], incident: tuple[str, str]) -> int:
+    """The first entry time of ``incident``, a (job, incident) pair."""
     return min(
-        (o.time_span[0] for (inc, _), o in kept.items() if inc == incident and o.time_span),
+        (o.time_span[0] for (j, i, _), o in kept.items() if (j, i) == incident and o.time_span),
         default=0,
     )

@@ -23,7 +23,11 @@ from fr_otel.errors import FrOtelError
 @click.option(
     "--job",
     default=None,
-    help=f"Job name. Default: ${config.FR_OTEL_JOB}, ${config.OTEL_SERVICE_NAME}, or 'default'.",
+    help=(
+        "Job name. Default: each dump's job=J folder (torch's dumps the recorder saved,"
+        f" ARCHIVE/_fr_dumps/job=J/...), else ${config.FR_OTEL_JOB},"
+        f" ${config.OTEL_SERVICE_NAME}, or 'default'."
+    ),
 )
 @click.option(
     "--incident",
@@ -102,7 +106,7 @@ def import_(
         click.echo(f"fr-otel: {path}: warning: {warning}", err=True)
     click.echo(report.summary())
     if report.files_written:
-        _prepare(report.archive, report.job, report.incidents)
+        _prepare(report.archive, report.job_incidents)
     if report.swept:
         click.echo(
             f"fr-otel: removed {report.swept} file(s) an interrupted import had left", err=True
@@ -111,14 +115,15 @@ def import_(
     return EXIT_OK if report.ok and report.files_written else EXIT_BAD_INPUT
 
 
-def _prepare(archive: Path, job: str, incidents: list[str]) -> None:
-    """The incidents' first analysis pass, kept in the archive (``analysis.prepared``).
-    The import has succeeded whatever happens here: an analysis makes what is missing."""
+def _prepare(archive: Path, incidents: list[tuple[str, str]]) -> None:
+    """The incidents' (job, incident) first analysis pass, kept in the archive
+    (``analysis.prepared``). The import has succeeded whatever happens here: an analysis
+    makes what is missing."""
     import duckdb
 
     from fr_otel.analysis.session import prepare_incident
 
-    for incident in incidents:
+    for job, incident in incidents:
         try:
             prepare_incident(archive, job=job, incident=incident)
         except (FrOtelError, duckdb.Error, OSError) as exc:

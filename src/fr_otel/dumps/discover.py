@@ -7,7 +7,9 @@ is whatever ``TORCH_FR_DUMP_TEMP_FILE`` said:
   (torch's current default), ``comm_traces/rank_<N>`` (torchtitan);
 - the same with ``.json`` (or ``.pkl``/``.pickle``) appended by tools that dump JSON;
 - ``<prefix>_quorum_<id>/<N>`` (torchft's dynamic file name, one folder per quorum);
-- ``nccl_trace_rank_<host>_<N>`` (host in the name; the rank is the last number).
+- ``nccl_trace_rank_<host>_<N>`` (host in the name; the rank is the last number);
+- ``_fr_dumps/job=<J>/run=<R>/incident=<I>/comm_lib_trace_rank_<N>`` (torch's own dumps
+  the recorder saved beside an incident), whose folders name the job and the incident.
 
 The rank is always the trailing number of the file name. Files inside a directory that
 do not end in a number (logs, READMEs, Parquet) are not dumps and are skipped; a file
@@ -30,6 +32,8 @@ from pathlib import Path
 
 _DUMP_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<suffix>\.json|\.pkl|\.pickle)?$")
 _QUORUM_DIR = re.compile(r"_quorum_(?P<quorum>[A-Za-z0-9.-]+)$")
+_PARTITION_DIR = re.compile(r"(?:^|/)(job|incident)=([A-Za-z0-9][A-Za-z0-9._-]{0,127})(?=/)")
+"""A ``job=J`` or ``incident=I`` folder (a valid archive folder name: ``config``)."""
 _GLOB_CHARS = frozenset("*?[")
 SPANS_SUFFIX = ".jsonl"
 """OTLP JSON lines: the suffix fr_otel and the Collector configs give span files."""
@@ -45,6 +49,10 @@ class DumpFile:
     """Global rank from the file name; None when the name carries no rank."""
     quorum: str | None = None
     """torchft quorum id from the parent folder (``..._quorum_<id>/<rank>``)."""
+    job: str | None = None
+    """The job a ``job=J`` folder in the path names (the innermost such folder)."""
+    incident: str | None = None
+    """The incident an ``incident=I`` folder in the path names (the innermost)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,13 +70,21 @@ class Discovery:
 
 
 def parse_dump_name(path: Path) -> DumpFile:
-    """Read the rank (and torchft quorum) off a dump file's name."""
+    """Read the rank (and torchft quorum) off a dump file's name, and the job and
+    incident off its folders (``job=J``, ``incident=I``, as the recorder saves torch's
+    dumps: the run id's ``run=R`` is read with the file, ``parse.run_id_of``)."""
     match = _DUMP_NAME.match(path.name)
     quorum_match = _QUORUM_DIR.search(path.parent.name)
     quorum = quorum_match.group("quorum") if quorum_match else None
-    if match is None:
-        return DumpFile(path=path, rank=None, quorum=quorum)
-    return DumpFile(path=path, rank=int(match.group("rank")), quorum=quorum)
+    # the innermost of each: later matches overwrite earlier ones
+    folders = dict(_PARTITION_DIR.findall(path.as_posix()))
+    return DumpFile(
+        path=path,
+        rank=int(match.group("rank")) if match is not None else None,
+        quorum=quorum,
+        job=folders.get("job"),
+        incident=folders.get("incident"),
+    )
 
 
 def _looks_like_dump(name: str) -> bool:
