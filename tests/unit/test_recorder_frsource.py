@@ -305,6 +305,26 @@ def test_collectives_torch_overwrote_unread_and_no_hook_recorded_are_noted_as_ga
     assert len(read_ring(main.base).gaps) == 2
 
 
+def test_a_group_s_timeout_changed_at_run_time_is_each_entry_s_own_and_the_detection_s(
+    tmp_path: Path,
+) -> None:
+    """torchtitan lowers every group's timeout after its first step
+    (``_set_pg_timeout``): each entry says which one it ran under."""
+    _main, torch, mirror = _setup(tmp_path)
+    torch.issue("all_reduce")
+    mirror.read()
+    assert mirror.shortest_timeout_ns == 6 * 10**9  # three quarters of 8 s
+    for _ in range(2):
+        torch.issue("all_reduce")
+        torch.entries[-1]["timeout_ms"] = 2000
+    mirror.read()
+    contents = read_ring(mirror.ring.base, 0)
+    timeouts = [(s[2], contents.groups[s[1]].timeout_ms) for s in contents.slots]
+    assert timeouts == [(1, 8000), (2, 2000), (3, 2000)]
+    assert {g.name for g in contents.groups.values()} == {"0"}
+    assert mirror.shortest_timeout_ns == 1_500_000_000
+
+
 def test_entries_out_of_record_order_or_without_a_record_id_are_read_in_order(
     tmp_path: Path,
 ) -> None:

@@ -33,7 +33,7 @@ import time
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from itertools import groupby, pairwise, repeat
 from pathlib import Path
@@ -319,7 +319,9 @@ class FrMirror:
         as that interval stands at each look (or sooner, in continuous mode, once torch's
         buffer fills)."""
         self._overdue_seen: set[tuple[str, int]] = set()
-        self._group_index: dict[str, int] = {}
+        self._group_index: dict[str, tuple[int, int | None, int]] = {}
+        """Group name -> (the torch ring's group, its timeout in ms, the FR record that
+        said so): the newest timeout each group ran under."""
         self._group_timeout: dict[str, int] = {}
         self._signatures: dict[Any, int] = {}
         self._names: dict[str, tuple[str | None, str]] = {}
@@ -546,10 +548,14 @@ class FrMirror:
         group_at, group_names = _encoded(_first_items(column("process_group")))
         state_at, state_names = _encoded(column("state"))
         name_at, profiling_names = _encoded(column("profiling_name"))
+        # a group's timeout can change while it runs (torch's ``_set_pg_timeout``): each
+        # entry says the one it ran under
+        timeout_at, _ = _encoded(column("timeout_ms"))
         signature_at, _ = _encoded(_signature_keys(entries))
         gloo = [_is_gloo(n) for n in profiling_names]
         signatures: dict[int | None, int] = {}  # distinct key -> the ring's signature
-        groups: dict[int | None, int | None] = {}  # distinct group -> the ring's group
+        # distinct (group, timeout) -> the ring's group
+        groups: dict[tuple[int | None, int | None], int | None] = {}
         rows: list[tuple[int, ...]] = []
         running: list[tuple[int, int, _Pending]] = []
         now = time.time_ns()
@@ -580,10 +586,11 @@ class FrMirror:
             if (bool(is_p2p), p2p_seq if is_p2p else seq) in self._hooked.get(name, ()):
                 continue
             entry: dict[str, Any] | None = None  # the row as a dict, made once if needed
-            if group_key not in groups:
+            group_timeout = (group_key, timeout_at[i])
+            if group_timeout not in groups:
                 entry = entries[i].as_py()
-                groups[group_key] = self._group(name, entry)
-            group = groups[group_key]
+                groups[group_timeout] = self._group(name, entry)
+            group = groups[group_timeout]
             if group is None:
                 continue
             name_key = name_at[i]
@@ -615,25 +622,33 @@ class FrMirror:
         return _Pending(-1, row[6], timeout)
 
     def _group(self, name: str, entry: dict[str, Any]) -> int | None:
-        index = self._group_index.get(name)
-        if index is not None:
-            return index
+        """The torch ring's group of an entry: one per group and timeout, so that rows
+        carry the timeout their op ran under, and the detection follows the newest."""
+        timeout_ms = entry.get("timeout_ms")
+        known = self._group_index.get(name)
+        if known is not None and (not timeout_ms or known[1] == timeout_ms):
+            return known[0]
         pg = self._groups().get(name)
         if pg is not None:
             info, timeout_ns = self._describe(pg)
         else:  # destroyed since: what the entry says
             group = entry.get("process_group")
             desc = str(group[1]) if isinstance(group, list | tuple) and len(group) > 1 else None
-            timeout_ns = int(entry.get("timeout_ms") or 0) * 1_000_000
+            timeout_ns = int(timeout_ms or 0) * 1_000_000
             info = GroupInfo(
                 name=name, desc=desc, ranks=None, backend=None, timeout_ms=timeout_ns // 10**6
             )
-        index = self.ring.intern_group((info.name, info.ranks), info)
-        self._group_index[name] = index
-        self._group_timeout[name] = timeout_ns
-        detect = detection_timeout_ns(timeout_ns, self._timeout_s)
-        if detect and (not self.shortest_timeout_ns or detect < self.shortest_timeout_ns):
-            self.shortest_timeout_ns = detect
+        if timeout_ms and timeout_ms != info.timeout_ms:
+            # the entry ran under another timeout than the group has now
+            info, timeout_ns = replace(info, timeout_ms=timeout_ms), timeout_ms * 1_000_000
+        index = self.ring.intern_group((info.name, info.ranks, info.timeout_ms), info)
+        if known is None or entry.get("record_id", 0) >= known[2]:
+            self._group_index[name] = (index, info.timeout_ms, entry.get("record_id", 0))
+            self._group_timeout[name] = timeout_ns
+            detections = (
+                detection_timeout_ns(t, self._timeout_s) for t in self._group_timeout.values()
+            )
+            self.shortest_timeout_ns = min((d for d in detections if d), default=0)
         return index
 
     def _signature(self, entry: dict[str, Any]) -> int:
