@@ -20,10 +20,11 @@ def write_ring(
     site: tuple[str, str, int] | None = None,
     capacity: int = 8,
     run_id: str | None = None,
-) -> None:
+    close: bool = True,
+) -> RingWriter:
     """One all_reduce of 8 floats in the default group per sequence number, completed
     (the last one still running with ``running_last``), then the ring closed: unlocked,
-    as a rank that died leaves it."""
+    as a rank that died leaves it (``close=False``: held, as by a rank still running)."""
     ranks = tuple(range(world))
     writer = RingWriter(
         base, capacity=capacity, rank=rank, world=world, job=job, backend="gloo", run_id=run_id
@@ -49,4 +50,6 @@ def write_ring(
         record = writer.begin(group, seq, 0, signature, site_index, -1, STARTED)
         if not (running_last and seq == numbers[-1]):
             writer.finish(record, COMPLETED)
-    writer.close()
+    if close:
+        writer.close()
+    return writer

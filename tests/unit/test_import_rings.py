@@ -89,6 +89,27 @@ def test_analyze_reads_a_ring_folder_as_it_reads_dumps(
     assert root["culprit_ranks"] == [1], root
 
 
+def test_the_rings_of_ranks_still_running_are_analysed_as_a_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 1 runs on: its ring holds what it had at its last read, not where it stopped
+    (before: 'rank 1 never issued all_reduce #4'). Once its owner is gone without an
+    end, the same rings are a post-mortem, and rank 1 is named."""
+    rings = tmp_path / "_rings"
+    for rank, seqs in ((0, range(1, 6)), (1, range(1, 4))):
+        writer = write_ring(
+            ring_base(rings, "live", rank),
+            rank=rank,
+            world=2,
+            job="live",
+            seqs=seqs,
+            close=rank == 0,
+        )
+    assert main(["analyze", str(rings), "--job", "live"]) == 0, capsys.readouterr()
+    writer.close()
+    assert main(["analyze", str(rings), "--job", "live"]) == 1, capsys.readouterr()
+
+
 def _run_rings(rings: Path, run: str) -> None:
     """Two ranks of one run, rank 1 stopped inside its third all_reduce."""
     for rank in range(2):

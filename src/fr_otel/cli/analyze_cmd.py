@@ -227,6 +227,7 @@ def _rings_as_archive(
     if is_archive(path):
         return True
     # not before: it brings in pyarrow.compute, 45-50 ms that an archive's analysis skips
+    from fr_otel.archive.manifest import describe_ranks
     from fr_otel.recorder.ring_import import holds_rings, import_rings
 
     if not holds_rings(path):
@@ -235,6 +236,12 @@ def _rings_as_archive(
     imported = import_rings([path], archive, job, incident)
     for problem in imported.problems:
         click.echo(f"fr-otel: {problem}", err=True)
+    for ranks in imported.running.values():
+        click.echo(
+            f"fr-otel: ranks {describe_ranks(ranks)} still running: their rings are read as a"
+            " snapshot (ranks caught at different points of a running loop are no hang)",
+            err=True,
+        )
     if not imported.incidents:
         click.echo(f"fr-otel: {path}: no readable ring", err=True)
         return False

@@ -11,9 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from fr_otel import config
+from fr_otel.archive.manifest import mark_snapshot
 from fr_otel.archive.rows import write_rows
 from fr_otel.recorder.incident_ids import RUN_PART_LENGTH
-from fr_otel.recorder.ring import TORCH_RING_DIR, RingContents, read_ring
+from fr_otel.recorder.ring import TORCH_RING_DIR, RingContents, adopted, read_ring
 from fr_otel.recorder.slot import FIELDS
 from fr_otel.recorder.table import past_gaps, ring_table
 
@@ -31,6 +32,8 @@ class RingImport:
     incidents: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Incident -> (rings, entries) written."""
     problems: list[str] = field(default_factory=list)
+    running: dict[str, list[int]] = field(default_factory=dict)
+    """Incident -> the ranks whose owner still ran: such an incident is a snapshot."""
 
 
 def import_rings(
@@ -83,7 +86,23 @@ def import_rings(
         table = pa.concat_tables(tables)
         write_rows(table, target)  # replaces the rank files an earlier import wrote
         result.incidents[named] = (len(tables), len(table))
+        running = [contents.rank for contents in rings if _still_running(contents)]
+        if running:
+            # a running rank's ring holds what torch's FR had at its last read, and its
+            # peers' were read at other moments: ranks caught at different points of a
+            # running loop are no hang (the analysis reads a snapshot so)
+            job_name = tables[0].column("job")[0].as_py() if len(table) else config.job_name(job)
+            mark_snapshot(target, job_name, named)
+            result.running[named] = running
     return result
+
+
+def _still_running(contents: RingContents) -> bool:
+    """Whether the ring's owner holds it still (alive; its record has no end yet)."""
+    if contents.ended is not None:
+        return False
+    with adopted(contents.base) as free:
+        return not free
 
 
 def rings_incident(rings: list[RingContents]) -> str:
