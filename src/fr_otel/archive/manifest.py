@@ -10,6 +10,7 @@ membership from every row; an archive without it is still fully readable.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import time
@@ -30,6 +31,7 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 _LOCK_NAME = ".manifest.lock"
+"""The lock file, only where a folder cannot be locked (``exclusive``)."""
 
 MANIFEST_NAME = "_incident.json"
 MANIFEST_VERSION = 1
@@ -93,17 +95,48 @@ def exclusive(folder: Path) -> Iterator[None]:
     """One manifest (or file index) refresh at a time per incident. Every rank of a
     recorder flush writes its file and then refreshes: without the lock, a refresh that
     listed the files before another rank's commit could be the last to write, and leave
-    that rank out."""
+    that rank out.
+
+    The lock is on the incident folder itself, so that nothing is left in it: a lock file
+    stayed in every incident, and removing one after the refresh is unsafe (a process
+    waiting on the removed file gets its lock while a newcomer locks a new file of the
+    same name: two refreshes at once). Where the filesystem cannot lock a folder (NFS
+    emulates ``flock`` with byte-range locks, which need a file open for writing), a
+    lock file instead, left in place for that reason."""
     if fcntl is None:  # pragma: no cover - Windows
         yield
         return
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / _LOCK_NAME).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    fd = _locked(folder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+_NO_FOLDER_LOCK = frozenset({errno.EBADF, errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP})
+"""What ``flock`` on a folder raises where the filesystem cannot lock one."""
+
+
+def _locked(folder: Path) -> int:
+    """An open descriptor holding ``folder``'s exclusive lock (``exclusive``)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in _NO_FOLDER_LOCK:
+            raise
+    fd = os.open(folder / _LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def refresh_manifest(

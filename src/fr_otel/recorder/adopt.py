@@ -3,7 +3,8 @@
 A rank killed outright (gloo's ``std::terminate`` on a size mismatch, ``kill -9``, the
 OOM killer) leaves its ring file behind, unlocked. A surviving rank on the same host
 flushes it during its own incident flush, and ``fr-otel run`` does the same for every
-ring once the job has ended, so a host whose ranks all died is covered too.
+ring once the job has ended, so a host whose ranks all died is covered too. Whoever
+holds a dead rank's ring also removes the trigger FIFO the rank could not remove.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fr_otel.recorder.ring import (
     run_ring_bases,
     run_ring_dir,
 )
+from fr_otel.recorder.triggers import trigger_path
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ def flush_dead_rings(
         with adopted(base) as ours:
             if not ours:
                 continue  # its rank is alive (it flushes itself) or another survivor has it
+            _remove_trigger(base)
             try:
                 contents = read_ring(base)
             except (OSError, ValueError) as exc:
@@ -82,6 +85,25 @@ def flush_dead_rings(
                     base,
                 )
             yield report
+
+
+def remove_dead_triggers(settings: RecorderSettings) -> None:
+    """Remove the trigger FIFOs of this run's ranks that are gone. A rank removes its own
+    when its recorder stops or its launcher's signal ends it; one killed outright
+    (``SIGKILL``, the OOM killer, ``SIGABRT``) cannot, and nobody can write to the FIFO of
+    a dead rank anyway."""
+    for base in run_ring_bases(settings.rings, settings.job, settings.run_id):
+        with adopted(base) as ours:
+            if ours:
+                _remove_trigger(base)
+
+
+def _remove_trigger(base: Path) -> None:
+    """Only while holding ``base``'s ring (``adopted``): its rank is dead, and a rank that
+    takes its number again makes its FIFO only once it holds the ring itself, so the FIFO
+    removed here is never a live rank's."""
+    with contextlib.suppress(OSError):
+        trigger_path(base).unlink(missing_ok=True)
 
 
 def _registry(settings: RecorderSettings) -> Path:

@@ -4,7 +4,8 @@ The command runs as a child with ``FR_OTEL_AUTOINSTALL=1`` and the ``boot`` fold
 ``PYTHONPATH`` (``autoinstall``). Relative archive and ring paths are made absolute first,
 so ranks that change directory still write to the same place. After the command ends, the
 launcher flushes the rings of ranks that died without flushing for an incident the job
-declared (all ranks of a host killed at once leave nobody else to do it).
+declared (all ranks of a host killed at once leave nobody else to do it), and removes the
+trigger FIFOs that ranks killed outright left.
 """
 
 from __future__ import annotations
@@ -78,7 +79,12 @@ def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) 
     A job that failed without declaring any incident (its ranks were killed before they
     could: a crash, then the launcher's SIGTERM to the others) gets one here,
     ``<time>-launcher-job_failed``, holding every ring of the run."""
-    from fr_otel.recorder.adopt import flush_dead_rings, known_incidents, note_incident
+    from fr_otel.recorder.adopt import (
+        flush_dead_rings,
+        known_incidents,
+        note_incident,
+        remove_dead_triggers,
+    )
     from fr_otel.recorder.incident_ids import new_incident_id
 
     result = RunResult(returncode=returncode, settings=settings)
@@ -112,6 +118,7 @@ def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) 
         send_deferred(deferred, deadline)
     if exporter is not None:
         exporter.shutdown()
+    remove_dead_triggers(settings)
     from fr_otel.archive.layout import partition_dir
 
     for incident in result.incidents:

@@ -3,7 +3,10 @@
 * a collective pending past its timeout (the recorder's ``FR_OTEL_TIMEOUT`` or the group's),
   found by reading the newest slots of the ring, so the training thread does nothing for it;
 * torch's own dump-on-timeout file appearing (NCCL's watchdog writes it);
-* an operator writing to the rank's FIFO (``echo > <ring dir>/job=J/rank-NNNNNN.trigger``);
+* an operator writing to the rank's FIFO (``echo > <ring dir>/job=J/run=R/rank-NNNNNN.trigger``),
+  which exists only while the rank records: it is removed when the watch stops, before
+  the rank ends by the launcher's signal, and, for a rank killed outright, by whoever
+  adopts its ring (``adopt``);
 * an operator's signal (``SIGUSR2``): Python runs signal handlers only on the main thread,
   between bytecodes, which never comes while that thread waits inside a collective; the
   C-level handler does write the signal number to ``signal.set_wakeup_fd``'s pipe at once,
@@ -27,11 +30,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
+
+TRIGGER_SUFFIX: Final = ".trigger"
+
+
+def trigger_path(base: Path) -> Path:
+    """The FIFO of the rank whose ring is ``base`` (``ring.ring_base``)."""
+    return base.with_suffix(TRIGGER_SUFFIX)
 
 
 class _Signal:
@@ -123,6 +133,7 @@ class _Fifo:
         self.path = path
         self.fd: int | None = None
         self._keep_open: int | None = None
+        self._removed = False
         try:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -141,13 +152,28 @@ class _Fifo:
         except BlockingIOError:
             return False
 
+    def remove(self) -> None:
+        """Take the FIFO's name away (its open ends stay usable). Once only: a recorder
+        started again in this process may have made a new FIFO of the same name since."""
+        if self._removed:
+            return
+        self._removed = True
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+    def wake(self) -> None:
+        """Wake a thread waiting on the FIFO (the byte is never read as a trigger: the
+        watch stops first)."""
+        if self._keep_open is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._keep_open, b"\0")
+
     def close(self) -> None:
+        self.remove()
         for fd in (self.fd, self._keep_open):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        with contextlib.suppress(OSError):
-            self.path.unlink()
 
 
 class Watch(threading.Thread):
@@ -180,6 +206,11 @@ class Watch(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+        if self._fifo is not None:
+            # here, not when the thread ends: at exit the interpreter stops a daemon
+            # thread wherever it is, and every rank of every run left its FIFO behind
+            self._fifo.remove()
+            self._fifo.wake()  # its descriptors close now, not after a poll
         if self._signal is not None:
             self._signal.restore()
 
@@ -198,10 +229,14 @@ class Watch(threading.Thread):
                     select.select(waits, [], [], POLL_S)
                 else:
                     self._halt.wait(POLL_S)
+                if self._halt.is_set():
+                    break
                 reason = self._check()
                 if reason is not None:
                     self._on_incident(reason)
                 if self.terminated is not None and self._on_terminate is not None:
+                    if self._fifo is not None:
+                        self._fifo.remove()  # the process ends by the signal, at once
                     self._on_terminate(self.terminated)
             except Exception as exc:  # the watch must outlive its own bugs
                 logger.warning("fr_otel watch: %r", exc)
