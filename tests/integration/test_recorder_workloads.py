@@ -29,6 +29,7 @@ from fr_otel.analysis import analyze
 from fr_otel.cli import main
 from fr_otel.dumps.safe_pickle import loads_plain
 from fr_otel.otel import model
+from fr_otel.recorder.ring import RingContents, read_ring, ring_bases
 from tests.jobs import torchrun
 from tests.otlp_receiver import OtlpReceiver
 
@@ -217,11 +218,40 @@ def _same_traces_as_torchs_own_dumps(
     assert {k: recorded[k] for k in torch_own} == torch_own
 
 
+@pytest.mark.parametrize("mode", ["incident", "continuous"])
 @pytest.mark.parametrize("family", HEALTHY)
-def test_a_healthy_workload_has_no_incident(family: str, tmp_path: Path) -> None:
-    code, archive, _, log = _run(tmp_path, family, "none")
+def test_a_healthy_workload_has_no_incident_and_analyses_healthy(
+    family: str, mode: str, tmp_path: Path
+) -> None:
+    """No incident; the rings hold every collective torch's FR held when the rank
+    ended (the scripts dump it last), and the run analyses as healthy from its archive
+    (which, without an incident, reads the rings) and from its ring folder."""
+    with OtlpReceiver(protocol="grpc").start() as receiver:
+        code, archive, dumps, log = _run(tmp_path, family, "none", receiver, FR_OTEL_MODE=mode)
     assert code == 0, log[-3000:]
     assert not list((archive / f"job={family}").glob("incident=*")), log[-3000:]
+    world = json.loads((dumps / "truth.json").read_text())["world"]
+    for rank in range(world):
+        contents = _ring_of(archive, family, rank)
+        assert contents.ended is not None and contents.ended.how == "exit", (rank, log[-3000:])
+        names = {i: g.name for i, g in contents.groups.items()}
+        held = {(names[s[1]], s[2]) for s in contents.slots if s[6] < 0}
+        torch_held = {
+            (str(e["process_group"][0]), e["collective_seq_id"])
+            for e in _torch_entries(dumps, rank=rank) or []
+            if not e.get("is_p2p")
+        }
+        assert torch_held, f"rank {rank}: torch's FR held nothing ({family})"
+        assert torch_held <= held, (rank, sorted(torch_held - held)[:10])
+    for path in (archive, archive / "_rings"):
+        out = tmp_path / f"verdict-{path.name}.json"
+        verdict = main(["analyze", str(path), "--job", family, "--format", "json", "-o", str(out)])
+        assert verdict == 0, out.read_text()[:3000]
+
+
+def _ring_of(archive: Path, job: str, rank: int) -> RingContents:
+    [base] = [b for b in ring_bases(archive / "_rings", job) if b.name == f"rank-{rank:06d}"]
+    return read_ring(base)
 
 
 def test_continuous_mode_sends_every_ddp_collective_once(tmp_path: Path) -> None:
