@@ -2,7 +2,9 @@
  * The recorder's wrapper around a collective, for the case that repeats: a known group, a
  * known tensor signature, a known call site. See capture.py (Capture._wrapper) for what is
  * recorded and why; this file does exactly that, in C, for that case, and hands every
- * other call to the Python wrapper, which records it and fills the caches read here.
+ * other call to a RecordedCall (below): the Python code records it and fills the caches
+ * read here, and the original is called from C, so that no frame of the recorder stands
+ * in the traceback of what the collective raises.
  *
  * Why C: the wrapper runs right after the previous collective's wait, when this thread's
  * caches are cold, and each cache line it touches costs about as much as a warm loop's
@@ -13,8 +15,8 @@
  * signatures and call sites in its own struct, in front of the Python dicts.
  *
  * It never raises an error of its own: anything unexpected (a cache miss, a detached ring,
- * an attribute that is not what it should be) clears the error and lets the Python
- * wrapper handle the call, which records it or counts the failure.
+ * an attribute that is not what it should be) clears the error and lets the Python code
+ * handle the call, which records it or counts the failure.
  *
  * Slot layout: slot.py (SLOT, 64 bytes, little-endian) defines it; the offsets and state
  * codes below are checked against its layout() at every attach, which refuses a ring
@@ -551,6 +553,48 @@ static void finish(FastHook *self, int64_t record, int is_async, PyObject *resul
     }
 }
 
+/* function(token, value), for its effect: 0, or -1 with the error left set where it raised
+ * what is not an Exception (KeyboardInterrupt, SystemExit: the user's, not the recorder's).
+ * An Exception it raised is dropped: the Python side counts its own errors. */
+static int notify(PyObject *function, PyObject *token, PyObject *value) {
+    PyObject *done = PyObject_CallFunctionObjArgs(function, token, value, NULL);
+    if (done != NULL) {
+        Py_DECREF(done);
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* failed(token, exception) with the pending exception (the original's), which stays
+ * pending; a NULL token (it could not be built) skips the call. */
+static void report_failure(PyObject *failed, PyObject *token) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
+    if (token == NULL || value == NULL) {
+        PyErr_Clear();
+    } else if (notify(failed, token, value) < 0) {
+        /* the user's interrupt while failed() ran: it goes on, the collective's error as
+         * its context, as Python itself would chain them */
+        PyObject *now_type, *now_value, *now_traceback;
+        PyErr_Fetch(&now_type, &now_value, &now_traceback);
+        PyErr_NormalizeException(&now_type, &now_value, &now_traceback);
+        if (now_value != NULL) {
+            PyException_SetContext(now_value, value); /* steals value */
+        } else {
+            Py_DECREF(value);
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(traceback);
+        PyErr_Restore(now_type, now_value, now_traceback);
+        return;
+    }
+    PyErr_Restore(type, value, traceback);
+}
+
 static PyObject *hook_call(PyObject *callable, PyObject *const *args, size_t nargsf,
                            PyObject *kwnames) {
     FastHook *self = (FastHook *)callable;
@@ -563,19 +607,10 @@ static PyObject *hook_call(PyObject *callable, PyObject *const *args, size_t nar
     if (outcome == RECORDED_QUEUED) return result;
     if (result == NULL) {
         if (PyErr_ExceptionMatches(PyExc_Exception)) {
-            PyObject *type, *value, *traceback;
-            PyErr_Fetch(&type, &value, &traceback);
-            PyErr_NormalizeException(&type, &value, &traceback);
-            if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
             PyObject *token =
                 Py_BuildValue("(LO)", (long long)record, is_async ? Py_True : Py_False);
-            if (token != NULL && value != NULL) {
-                call_quietly(self->failed, PyTuple_Pack(2, token, value));
-            } else {
-                PyErr_Clear();
-            }
+            report_failure(self->failed, token);
             Py_XDECREF(token);
-            PyErr_Restore(type, value, traceback);
         }
         return NULL;
     }
@@ -748,9 +783,10 @@ static int hook_clear(PyObject *op) {
     return 0;
 }
 
-static void hook_dealloc(PyObject *op) {
+/* tp_dealloc of this file's collectable types: their own tp_clear, then free */
+static void gc_dealloc(PyObject *op) {
     PyObject_GC_UnTrack(op);
-    hook_clear(op);
+    Py_TYPE(op)->tp_clear(op);
     Py_TYPE(op)->tp_free(op);
 }
 
@@ -762,21 +798,123 @@ static PyMemberDef hook_members[] = {
 static PyGetSetDef hook_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL}, {NULL}};
 
+/* The slots of this file's callables (type T): patched in for a torch function, so called
+ * by vectorcall, with a __dict__ for __name__, __wrapped__ ..., and collectable. */
+#define PATCHED_CALLABLE(T)                                                                \
+    .tp_basicsize = sizeof(T),                                                             \
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,      \
+    .tp_dealloc = gc_dealloc, .tp_call = PyVectorcall_Call,                                \
+    .tp_vectorcall_offset = offsetof(T, vectorcall), .tp_dictoffset = offsetof(T, dict),   \
+    .tp_getset = hook_getset
+
 static PyTypeObject FastHookType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fr_otel.recorder._fasthook.FastHook",
-    .tp_basicsize = sizeof(FastHook),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    PATCHED_CALLABLE(FastHook),
     .tp_doc = "A collective's recorder wrapper: the repeating case in C (see capture.py).",
     .tp_new = hook_new,
     .tp_init = hook_init,
-    .tp_dealloc = hook_dealloc,
     .tp_traverse = hook_traverse,
     .tp_clear = hook_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(FastHook, vectorcall),
-    .tp_dictoffset = offsetof(FastHook, dict),
-    .tp_getset = hook_getset,
     .tp_members = hook_members,
+};
+
+/* --- RecordedCall: the original called from C, between Python's two halves ---------- */
+
+/* Whatever Python frame is on the stack while the collective runs stands in the traceback
+ * of every exception it raises (a gloo timeout, a peer gone, a size mismatch), and people
+ * blame what their traceback shows. So the Python code that records a call the C path
+ * does not know runs in two halves, before(*args, **kwargs) -> token and after(token,
+ * result) or failed(token, exception), and this object calls the original between them:
+ * a call from C adds no traceback entry. A None token: nothing to finish, the original is
+ * just called. failed() gets every exception, KeyboardInterrupt included (a guard must be
+ * let go however the call ends); the halves catch their own errors, and one that escapes
+ * them anyway is dropped (an Exception) or goes on (anything else: the user's). */
+
+enum { ORIGINAL, BEFORE, AFTER, FAILED, PARTS }; /* RecordedCall's arguments, in order */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict; /* __name__, __wrapped__ ... as on a Python function */
+    vectorcallfunc vectorcall;
+    PyObject *parts[PARTS];
+} RecordedCall;
+
+static PyObject *recorded_call(PyObject *callable, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+    PyObject *const *parts = ((RecordedCall *)callable)->parts;
+    PyObject *token = PyObject_Vectorcall(parts[BEFORE], args, nargsf, kwnames);
+    if (token == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear(); /* never the recorder's error in training: the call goes unrecorded */
+        return PyObject_Vectorcall(parts[ORIGINAL], args, nargsf, kwnames);
+    }
+    if (token == Py_None) {
+        Py_DECREF(token);
+        return PyObject_Vectorcall(parts[ORIGINAL], args, nargsf, kwnames);
+    }
+    PyObject *result = PyObject_Vectorcall(parts[ORIGINAL], args, nargsf, kwnames);
+    if (result == NULL) {
+        report_failure(parts[FAILED], token);
+    } else if (notify(parts[AFTER], token, result) < 0) {
+        Py_CLEAR(result);
+    }
+    Py_DECREF(token);
+    return result;
+}
+
+static PyObject *recorded_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    RecordedCall *self = (RecordedCall *)type->tp_alloc(type, 0);
+    if (self != NULL) self->vectorcall = hook_vectorcall_unready;
+    return (PyObject *)self;
+}
+
+static int recorded_init(PyObject *op, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"original", "before", "after", "failed", NULL};
+    RecordedCall *self = (RecordedCall *)op;
+    PyObject *parts[PARTS];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:RecordedCall", keywords,
+                                     &parts[ORIGINAL], &parts[BEFORE], &parts[AFTER],
+                                     &parts[FAILED]))
+        return -1;
+    for (int i = 0; i < PARTS; i++) {
+        if (!PyCallable_Check(parts[i])) {
+            PyErr_Format(PyExc_TypeError, "RecordedCall: %s must be callable", keywords[i]);
+            return -1;
+        }
+    }
+    for (int i = 0; i < PARTS; i++) {
+        Py_INCREF(parts[i]);
+        Py_XSETREF(self->parts[i], parts[i]);
+    }
+    self->vectorcall = recorded_call;
+    return 0;
+}
+
+static int recorded_traverse(PyObject *op, visitproc visit, void *arg) {
+    RecordedCall *self = (RecordedCall *)op;
+    Py_VISIT(self->dict);
+    for (int i = 0; i < PARTS; i++) Py_VISIT(self->parts[i]);
+    return 0;
+}
+
+static int recorded_clear(PyObject *op) {
+    RecordedCall *self = (RecordedCall *)op;
+    self->vectorcall = hook_vectorcall_unready;
+    Py_CLEAR(self->dict);
+    for (int i = 0; i < PARTS; i++) Py_CLEAR(self->parts[i]);
+    return 0;
+}
+
+static PyTypeObject RecordedCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fr_otel.recorder._fasthook.RecordedCall",
+    PATCHED_CALLABLE(RecordedCall),
+    .tp_doc = "RecordedCall(original, before, after, failed): the original called from C "
+              "between the two halves of the Python code that records it, so that no "
+              "frame of the recorder is in the traceback of what the original raises.",
+    .tp_new = recorded_new,
+    .tp_init = recorded_init,
+    .tp_traverse = recorded_traverse,
+    .tp_clear = recorded_clear,
 };
 
 static struct PyModuleDef module = {
@@ -787,7 +925,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fasthook(void) {
-    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&FastHookType) < 0) return NULL;
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&FastHookType) < 0 ||
+        PyType_Ready(&RecordedCallType) < 0)
+        return NULL;
     struct {
         PyObject **target;
         const char *text;
@@ -804,8 +944,10 @@ PyMODINIT_FUNC PyInit__fasthook(void) {
     if (m == NULL) return NULL;
     Py_INCREF(&CoreType);
     Py_INCREF(&FastHookType);
+    Py_INCREF(&RecordedCallType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0 ||
-        PyModule_AddObject(m, "FastHook", (PyObject *)&FastHookType) < 0) {
+        PyModule_AddObject(m, "FastHook", (PyObject *)&FastHookType) < 0 ||
+        PyModule_AddObject(m, "RecordedCall", (PyObject *)&RecordedCallType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -11,7 +11,13 @@ seen before, and it never lets an error of its own reach the caller: a failure i
 recorder is logged once and counted, and the collective runs unrecorded. Where the C
 extension ``_fasthook`` was built, collectives are wrapped by it: it records the calls
 whose group, tensors and call site these dictionaries already hold, and hands every other
-call to the Python wrapper here (``FR_OTEL_PURE_PYTHON=1`` switches it off).
+call to the Python code here (``FR_OTEL_PURE_PYTHON=1`` switches it off).
+
+The wrapper stays out of the user's tracebacks: people blame the last library their
+traceback names, and a collective that fails (a gloo timeout, a peer gone) raises through
+whatever frames are on the stack while it runs. With ``_fasthook`` the original is always
+called from C, which adds no frame, the Python code recording in two halves around it
+(``_Recording``); in pure Python the one frame that must stay is named ``RECORDS_ONLY_NAME``.
 """
 
 from __future__ import annotations
@@ -63,7 +69,8 @@ class HookState:
     """The ``_fasthook.Core`` that holds the ring's mapping."""
     original: Callable[..., Any]
     slow: Callable[..., Any]
-    """The Python wrapper (``Capture._wrapper``)."""
+    """Every call the C path does not record: a ``_fasthook.RecordedCall`` of the Python
+    code (``Capture._recording``)."""
     recorder: Recorder
     groups: dict[Any, tuple[int, bool]]
     signatures: dict[Any, int]
@@ -134,6 +141,11 @@ unpatched: the inner call is recorded, and the call site skips torch's frames an
 
 MAX_UNFINISHED = 4096
 """Async works polled at most: a program that never waits for its isends cannot grow it."""
+
+RECORDS_ONLY_NAME = "fr_otel_only_records_this_call__not_the_cause"
+"""What a traceback names a frame of the recorder that is on the stack while the collective
+runs (the pure-Python wrappers; the compiled hook leaves none): the error is the
+collective's, the frame only recorded the call."""
 
 _P2P = frozenset({"send", "recv", "isend", "irecv"})
 """Blocking ``send`` calls ``isend`` and waits (torch 2.13): both are patched, and the inner
@@ -317,6 +329,103 @@ def _current_seq(counter: Callable[[], int]) -> int:
     return counter.issued if isinstance(counter, _OwnSequence) else counter()
 
 
+def _records_only(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, named ``RECORDS_ONLY_NAME`` where a traceback shows it. Its file stays
+    ours: the call-site walk skips frames of this file, and so do readers of stacks."""
+    code = function.__code__
+    if sys.version_info >= (3, 11):
+        code = code.replace(co_name=RECORDS_ONLY_NAME, co_qualname=RECORDS_ONLY_NAME)
+    else:
+        code = code.replace(co_name=RECORDS_ONLY_NAME)
+    function.__code__ = code
+    return function
+
+
+def _dressed(wrapper: Any, original: Callable[..., Any]) -> Any:
+    """``wrapper`` introducing itself as ``original`` (name, doc, ``__wrapped__``), from this
+    module (how a caller tells the recorder's patch from torch's function)."""
+    wrapper.__name__ = original.__name__
+    wrapper.__qualname__ = original.__qualname__
+    wrapper.__doc__ = original.__doc__
+    wrapper.__module__ = __name__
+    wrapper.__wrapped__ = original
+    return wrapper
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Recording:
+    """The recording of a call in two halves, for a caller that calls the original between
+    them: ``_fasthook.RecordedCall``, from C, so that no frame of the recorder is on the
+    stack while the original runs (nor in the traceback of what it raises)."""
+
+    before: Callable[..., Any]
+    """Takes the call's arguments and records it: the token the other two take, or None
+    where there is nothing to finish (the original is just called)."""
+    after: Callable[[Any, Any], None]
+    """(token, result) once the original returned."""
+    failed: Callable[[Any, BaseException], None]
+    """(token, exception) once the original raised, whatever it raised (a guard must be
+    let go however the call ends)."""
+
+
+_UNRECORDED = object()
+"""What an ``_around`` step's ``enter`` returns for a call that is not to be recorded."""
+
+
+def _around(
+    inner: _Recording,
+    enter: Callable[[tuple[Any, ...], dict[str, Any]], Any],
+    leave: Callable[[Any], None],
+) -> _Recording:
+    """``inner`` with a step of its own: ``enter(args, kwargs)`` before it, and
+    ``leave(what enter returned)`` once the call ended, however it ended. ``enter``
+    returning ``_UNRECORDED``: the call is neither recorded nor left."""
+
+    def before(*args: Any, **kwargs: Any) -> Any:
+        state = enter(args, kwargs)
+        if state is _UNRECORDED:
+            return None
+        try:
+            return state, inner.before(*args, **kwargs)
+        except BaseException:
+            leave(state)
+            raise
+
+    def after(token: Any, result: Any) -> None:
+        state, inner_token = token
+        leave(state)
+        if inner_token is not None:
+            inner.after(inner_token, result)
+
+    def failed(token: Any, exc: BaseException) -> None:
+        state, inner_token = token
+        leave(state)
+        if inner_token is not None:
+            inner.failed(inner_token, exc)
+
+    return _Recording(before=before, after=after, failed=failed)
+
+
+def _python_recorded_call(original: Callable[..., Any], recording: _Recording) -> Any:
+    """``_fasthook.RecordedCall`` in Python, where it was not built: its frame is on the
+    stack while the original runs, under ``RECORDS_ONLY_NAME``."""
+    before, after, failed = recording.before, recording.after, recording.failed
+
+    def recorded_call(*args: Any, **kwargs: Any) -> Any:
+        token = before(*args, **kwargs)
+        if token is None:
+            return original(*args, **kwargs)
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as exc:
+            failed(token, exc)
+            raise
+        after(token, result)
+        return result
+
+    return _records_only(recorded_call)
+
+
 def _fast_hook_type() -> Any:
     """The compiled wrapper's type, or None where it was not built or is switched off."""
     from fr_otel.config import pure_python
@@ -428,12 +537,12 @@ class Capture:
             hook = _Hook(name, spec, original)
             if name in _P2P:
                 wrapper = self._guarded(hook)
+            elif name == "monitored_barrier":
+                wrapper = self._counting_hidden_ops(hook)
             elif fast_hook is not None:
                 wrapper = self._compiled(fast_hook, hook)
             else:
                 wrapper = self._wrapper(hook)
-            if name == "monitored_barrier":
-                wrapper = self._counting_hidden_ops(hook, wrapper)
             self._patched.append((c10d, name, original))
             setattr(c10d, name, wrapper)
             if getattr(dist, name, None) is original:
@@ -487,31 +596,30 @@ class Capture:
                 self._patched.append((module, "init_process_group", init))
                 module.init_process_group = init_process_group
 
-    def _counting_hidden_ops(self, hook: _Hook, wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    def _counting_hidden_ops(self, hook: _Hook) -> Callable[..., Any]:
         """``monitored_barrier`` with the op numbers its inner sends and receives take
         on gloo noted, so the collectives after it keep FR's numbers."""
 
-        def monitored_barrier(*args: Any, **kwargs: Any) -> Any:
-            counter = before = index = None
+        def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             try:
                 group = hook.arg(args, kwargs, "group")
                 known = self._groups.get(group) or self._group(group)
                 if known is not None:
-                    index = known[0]
-                    counter = self._op_counters.get(index)
-                    before = counter() if counter is not None else None
+                    counter = self._op_counters.get(known[0])
+                    if counter is not None:
+                        return known[0], counter, counter()
             except Exception as exc:
                 self._failed_internally(exc)
-            try:
-                return wrapper(*args, **kwargs)
-            finally:
-                if counter is not None and before is not None and index is not None:
-                    with contextlib.suppress(Exception):
-                        extra = counter() - before - MONITORED_BARRIER_SEQS
-                        self._hidden_ops[index] += max(extra, 0)
+            return None
 
-        functools.update_wrapper(monitored_barrier, hook.original)
-        return monitored_barrier
+        def leave(state: Any) -> None:
+            if state is not None:
+                index, counter, before = state
+                with contextlib.suppress(Exception):
+                    extra = counter() - before - MONITORED_BARRIER_SEQS
+                    self._hidden_ops[index] += max(extra, 0)
+
+        return self._recorded_call(hook, _around(self._recording(hook), enter, leave))
 
     @property
     def compiled(self) -> bool:
@@ -547,39 +655,77 @@ class Capture:
             logger.warning("fr_otel recorder error (collective not recorded): %r", exc)
 
     def _guarded(self, hook: _Hook) -> Callable[..., Any]:
-        """``_wrapper`` that records nothing when called from inside another recorded call."""
+        """The wrapper of a point-to-point call, which records nothing when called from
+        inside another recorded call."""
         local = self._local
-        inner = self._wrapper(hook)
-        original = hook.original
 
-        def guarded(*args: Any, **kwargs: Any) -> Any:
+        def enter(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             if getattr(local, "inside", False):
-                return original(*args, **kwargs)
+                return _UNRECORDED
             local.inside = True
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                local.inside = False
+            return None
 
-        guarded.__name__ = inner.__name__
-        guarded.__qualname__ = inner.__qualname__
-        guarded.__doc__ = inner.__doc__
-        guarded.__wrapped__ = original  # type: ignore[attr-defined]
-        return guarded
+        def leave(state: Any) -> None:
+            local.inside = False
+
+        return self._recorded_call(hook, _around(self._recording(hook), enter, leave))
+
+    def _recorded_call(self, hook: _Hook, recording: _Recording) -> Callable[..., Any]:
+        """The function patched in for ``hook``: ``recording`` around its original, called
+        from C where ``_fasthook`` is used."""
+        if self._core is None:
+            call = _python_recorded_call(hook.original, recording)
+        else:
+            from fr_otel.recorder._fasthook import RecordedCall
+
+            call = RecordedCall(hook.original, recording.before, recording.after, recording.failed)
+        return _dressed(call, hook.original)  # type: ignore[no-any-return]
+
+    def _recording(self, hook: _Hook) -> _Recording:
+        """``_wrapper``'s recording of a call, in two halves: ``_compiled`` and
+        ``_recorded_call`` call the original between them. Not for the repeating case: the
+        compiled hook does that without them, and the pure-Python wrapper inline."""
+        before = self._wrapper(hook, calls_original=False)
+        recorder, settle_later = self.recorder, self._settle_later
+        recorded_failure, failed_internally = self._failed, self._failed_internally
+
+        def after(token: tuple[int, bool], result: Any) -> None:
+            record, is_async = token
+            try:
+                writer = recorder.ring
+                if writer is None:
+                    return
+                if is_async and result is not None:
+                    settle_later(writer, record, result)
+                else:
+                    writer.finish(record, COMPLETED)
+            except Exception as exc:
+                failed_internally(exc)
+
+        def failed(token: tuple[int, bool], exc: BaseException) -> None:
+            if not isinstance(exc, Exception):  # an interrupt: as _wrapper, left started
+                return
+            try:
+                recorded_failure(token, exc)
+            except Exception as error:
+                failed_internally(error)
+
+        return _Recording(before=before, after=after, failed=failed)
 
     def _compiled(self, fast_hook: Any, hook: _Hook) -> Callable[..., Any]:
-        """The compiled wrapper: the repeating case in C, every other call handed to
-        ``_wrapper``'s, which records it and fills the caches the C code reads."""
-        slow = self._wrapper(hook)
+        """The compiled wrapper: the repeating case in C, every other call recorded by
+        ``_recording``'s halves, which fill the caches the C code reads."""
+        recording = self._recording(hook)
+        before = recording.before
         spec = hook.spec
         state = HookState(
             core=self._core,
             original=hook.original,
-            slow=slow,
+            slow=self._recorded_call(hook, recording),
             recorder=self.recorder,
             groups=self._fast_groups,
-            signatures=slow.signatures,  # type: ignore[attr-defined]
-            owner=slow.owner,  # type: ignore[attr-defined]
+            signatures=before.signatures,  # type: ignore[attr-defined]
+            owner=before.owner,  # type: ignore[attr-defined]
             recent=self._recent_sites,
             library=self._library,
             seqs=self._seq,
@@ -594,14 +740,14 @@ class Capture:
             inputs_at=hook.inputs_at,
             outputs_at=hook.outputs_at,
             async_at=hook.async_at,
-            same=slow.same,  # type: ignore[attr-defined]
+            same=before.same,  # type: ignore[attr-defined]
         )
-        wrapper = fast_hook(state)
-        for attribute in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__"):
-            setattr(wrapper, attribute, getattr(slow, attribute))
-        return wrapper  # type: ignore[no-any-return]
+        return _dressed(fast_hook(state), hook.original)  # type: ignore[no-any-return]
 
-    def _wrapper(self, hook: _Hook) -> Callable[..., Any]:
+    def _wrapper(self, hook: _Hook, *, calls_original: bool = True) -> Callable[..., Any]:
+        """The Python wrapper: records the call, calls the original and marks it done. With
+        ``calls_original`` False, only its first half (``_recording``'s ``before``): it
+        records the call and returns the token, or None where it did not record it."""
         # Everything the wrapper does is inlined here, on closure locals, because of where
         # it runs: right after the previous collective, whose wait let other threads and
         # processes evict this thread's caches. There each Python call, attribute lookup
@@ -750,6 +896,8 @@ class Capture:
             except Exception as exc:
                 failed_internally(exc)
                 record = -1
+            if not calls_original:
+                return (record, is_async) if record >= 0 else None
             if record < 0:
                 return original(*args, **kwargs)
             try:
@@ -777,10 +925,9 @@ class Capture:
                 failed_internally(exc)
             return result
 
-        wrapper.__name__ = original.__name__
-        wrapper.__qualname__ = original.__qualname__
-        wrapper.__doc__ = original.__doc__
-        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        if calls_original:  # its frame is on the stack while the original runs
+            _records_only(wrapper)
+        _dressed(wrapper, original)
         # what _compiled hands the C code
         wrapper.signatures = signatures  # type: ignore[attr-defined]
         wrapper.owner = owner  # type: ignore[attr-defined]
