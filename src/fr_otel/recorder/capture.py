@@ -480,6 +480,9 @@ class Capture:
         self._fast_groups: dict[Any, tuple[int, bool]] = {}
         """The groups of ``_groups`` that run every op on one backend -> (index, does that
         backend queue ops), for the compiled wrapper."""
+        self._index_of: dict[tuple[str, tuple[int, ...] | None], int] = {}
+        """(group name, members) -> the ring group its calls record into now (a new one
+        after each change of the group's timeout)."""
         self._core: Any = None
         """The compiled hooks' hold on the ring (``_fasthook.Core``), when they are used."""
         self._seq: list[Callable[[], int]] = []
@@ -552,10 +555,10 @@ class Capture:
         destroy = c10d.destroy_process_group
 
         def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
-            self._groups.clear()  # ids may be reused by the next groups
-            self._fast_groups.clear()
-            if self._core is not None:
-                self._core.invalidate()
+            with contextlib.suppress(Exception):  # never fail the user's teardown
+                group = args[0] if args else kwargs.get("group")
+                self.recorder.group_destroying(group is None or group is c10d._get_default_group())
+            self._forget_groups()  # ids may be reused by the next groups
             return destroy(*args, **kwargs)
 
         modules: tuple[Any, ...] = (c10d, dist)
@@ -563,6 +566,31 @@ class Capture:
             if getattr(module, "destroy_process_group", None) is destroy:
                 self._patched.append((module, "destroy_process_group", destroy))
                 module.destroy_process_group = destroy_process_group
+        self._patch_timeout_change(c10d)
+
+    def _patch_timeout_change(self, c10d: Any) -> None:
+        """Frameworks change a group's timeout while it runs (torchtitan lowers every
+        group's after the first step): the next call describes the group again, so its
+        records carry the new timeout and the watch calls it overdue by the new one."""
+        set_timeout = getattr(c10d, "_set_pg_timeout", None)
+        if set_timeout is None:
+            return
+
+        def _set_pg_timeout(*args: Any, **kwargs: Any) -> Any:
+            result = set_timeout(*args, **kwargs)
+            self._forget_groups()
+            return result
+
+        functools.update_wrapper(_set_pg_timeout, set_timeout)
+        self._patched.append((c10d, "_set_pg_timeout", set_timeout))
+        c10d._set_pg_timeout = _set_pg_timeout
+
+    def _forget_groups(self) -> None:
+        """Describe every group again at its next call."""
+        self._groups.clear()
+        self._fast_groups.clear()
+        if self._core is not None:
+            self._core.invalidate()
 
     def _patch_group_creation(self, c10d: Any, dist: Any) -> None:
         """Start the recorder when a process group is created, not at the first recorded
@@ -951,11 +979,20 @@ class Capture:
         if c10d._rank_not_in_group(pg):
             return None
         info, timeout_ns, by_device = _describe(pg)
-        index = writer.intern_group((info.name, info.ranks), info)
+        # one ring group per (group, timeout): records carry the timeout they ran under
+        index = writer.intern_group((info.name, info.ranks, info.timeout_ms), info)
         while len(self._seq) <= index:
             self._seq.append(_OwnSequence())
             self._p2p_seq.append(0)
             self._hidden_ops.append(0)
+        earlier = self._index_of.get((info.name, info.ranks))
+        if earlier is not None and earlier != index:
+            # the same group under a new timeout: its own counts go on from there
+            self._p2p_seq[index] = self._p2p_seq[earlier]
+            self._hidden_ops[index] = self._hidden_ops[earlier]
+            if isinstance(self._seq[earlier], _OwnSequence):
+                self._seq[index] = self._seq[earlier]
+        self._index_of[(info.name, info.ranks)] = index
         counter = _sequence_of(pg, self._seq[index])
         if info.backend == "gloo" and not by_device and not isinstance(counter, _OwnSequence):
             self._op_counters[index] = counter
