@@ -257,6 +257,10 @@ class Recorder:
         writer = self.ring
         if writer is None:
             return
+        # gloo's point-to-point works have no future to call back: the watch polls them,
+        # and the last ones a rank waited for finished after its last poll
+        with contextlib.suppress(Exception):
+            self.capture.poll_unfinished()
         self.read_torch_fr()
         try:
             writer.note_end(how, detail)
