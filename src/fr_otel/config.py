@@ -870,3 +870,53 @@ def resource_attributes(environ: Mapping[str, str] | None = None) -> dict[str, s
     # parse_otlp_headers lower-cases names (gRPC metadata needs it); attribute keys keep case
     keys = [unquote(item.partition("=")[0]).strip() for item in text.split(",") if "=" in item]
     return {key: pairs[key.lower()] for key in keys if key and key.lower() in pairs}
+
+
+# --- the live check of ``fr-otel run`` ------------------------------------------------------
+
+FR_OTEL_LIVE = "FR_OTEL_LIVE"
+"""``0`` turns off ``fr-otel run``'s live check (on by default): the node agent that reads
+this host's rings while the job runs and names a desync's culprit in seconds
+(docs/live-diagnosis.md)."""
+
+FR_OTEL_LIVE_POLICY = "FR_OTEL_LIVE_POLICY"
+"""What ``fr-otel run`` does once the live check has named a desync: ``report`` (default:
+say it, declare an incident so every rank flushes, let the job go on to its own timeout)
+or ``abort`` (the same, then end the job once the ranks have flushed, and exit 4)."""
+
+FR_OTEL_LIVE_INTERVAL = "FR_OTEL_LIVE_INTERVAL"
+"""Seconds between two looks of the live check at this host's rings. Default: 0.5."""
+
+LIVE_VARIABLES: tuple[str, ...] = (FR_OTEL_LIVE, FR_OTEL_LIVE_POLICY, FR_OTEL_LIVE_INTERVAL)
+"""Documented in docs/live-diagnosis.md's table, which a test keeps in step with this; they
+join ``ALL_VARIABLES`` once the README's table lists them."""
+
+LIVE_POLICIES = ("report", "abort")
+DEFAULT_LIVE_INTERVAL_S = 0.5
+"""Twice a second: a look at 8 local rings costs the agent well under a millisecond when
+nothing is new, and a desync is then seen within half a second of its second collective."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveSettings:
+    """The live check of ``fr-otel run`` (``FR_OTEL_LIVE*``)."""
+
+    enabled: bool = True
+    policy: str = "report"
+    interval_s: float = DEFAULT_LIVE_INTERVAL_S
+
+
+def live_settings(environ: Mapping[str, str] | None = None) -> LiveSettings:
+    """The live check's settings from the environment (a bad value warns and falls back)."""
+    env = _env(environ)
+    switch = env.get(FR_OTEL_LIVE, "").strip().lower()
+    if switch and switch not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
+        logger.warning("ignoring %s=%r: expected 0 or 1", FR_OTEL_LIVE, switch)
+        switch = ""
+    return LiveSettings(
+        enabled=switch not in ("0", "false", "no", "off"),
+        policy=_env_choice(
+            env, FR_OTEL_LIVE_POLICY, FR_OTEL_LIVE_POLICY, "policy", LIVE_POLICIES, "report"
+        ),
+        interval_s=_env_number(env, FR_OTEL_LIVE_INTERVAL, DEFAULT_LIVE_INTERVAL_S, float, 0.01),
+    )
