@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fr_otel import config
 from fr_otel.cli._options import archive_option, job_option
+
+if TYPE_CHECKING:
+    from fr_otel.live.agent import LiveCheck
+
+EXIT_LIVE_ABORTED = 4
+"""The live check named a desync and ended the job (``FR_OTEL_LIVE_POLICY=abort``)."""
+LIVE_STOP_S = 30.0
+"""How long the live check's last look (the rings as the job left them) may take."""
 
 
 @click.command(
@@ -30,10 +41,15 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
     recorder. When a rank has an incident, every rank flushes its buffer into the archive
     (and over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set). Exits with COMMAND's code.
 
+    Meanwhile a live check compares the ranks of this host: a desync (ranks that issued
+    different collectives) is named within seconds, every rank flushes, and with
+    FR_OTEL_LIVE_POLICY=abort the job is ended (exit 4). FR_OTEL_LIVE=0 turns it off.
+
     Example: fr-otel run --job llama -- torchrun --nproc-per-node 8 train.py
     """
     if command[0].startswith("-"):
         _explain_option(command)
+    from fr_otel.recorder.launcher import child_environment
     from fr_otel.recorder.launcher import run as run_command
 
     overrides: dict[str, str] = {}
@@ -45,10 +61,17 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
         overrides[config.FR_OTEL_JOB] = config.validate_partition_value("job", job)
     if config.recorder_disabled():
         click.echo(f"fr-otel: {config.FR_OTEL_DISABLE} is set: no recorder", err=True)
+    # the run id is fixed here, so that the live check finds the ranks' rings by it
+    environment = child_environment(overrides)
+    overrides[config.FR_OTEL_RUN_ID] = environment[config.FR_OTEL_RUN_ID]
+    live = _start_live_check(config.recorder_settings(environ=environment))
     try:
         result = run_command(command, overrides)
     except FileNotFoundError as exc:
         raise click.ClickException(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    finally:
+        if live is not None:
+            live.stop(LIVE_STOP_S)
     settings = result.settings
     for report in result.late_flushes:
         if report.archived is None:  # a failed write is said as failed, never as flushed
@@ -77,9 +100,39 @@ def run(mode: str | None, archive: Path | None, job: str | None, command: tuple[
             f" --job {settings.job} --incident {incident}",
             err=True,
         )
+    if live is not None and live.aborted:
+        return EXIT_LIVE_ABORTED
     # a command ended by a signal exits as a shell reports it: 128 + the signal (143 for
     # SIGTERM), not the negative number subprocess gives (which the OS wraps to 241)
     return 128 - result.returncode if result.returncode < 0 else result.returncode
+
+
+def _start_live_check(settings: config.RecorderSettings) -> LiveCheck | None:
+    """The node agent for this host's ranks (docs/live-diagnosis.md), unless turned off."""
+    live = config.live_settings()
+    if not live.enabled or config.recorder_disabled():
+        return None
+    from fr_otel.live.agent import LiveCheck
+
+    def say(text: str) -> None:
+        click.echo(f"fr-otel: {text}", err=True)
+
+    check = LiveCheck(
+        settings=settings,
+        live=live,
+        on_verdict=lambda verdict: say(verdict.line()),
+        on_notice=say,
+        end_job=_end_job,
+    )
+    check.start()
+    return check
+
+
+def _end_job() -> None:
+    """End the command as Ctrl-C or SIGTERM to ``fr-otel run`` would: the launcher hands
+    the signal to the command (torchrun then stops every rank), from the main thread."""
+    if callable(signal.getsignal(signal.SIGTERM)):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _explain_option(command: tuple[str, ...]) -> None:

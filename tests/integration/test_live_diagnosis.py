@@ -1,0 +1,203 @@
+"""The live check of ``fr-otel run`` on real gloo jobs: a desync is named while the job
+still runs, within seconds of the divergent collective and long before the group's
+timeout, with the culprit ``fr-otel analyze`` names from the incident the ranks then
+flushed; healthy workloads get no verdict.
+
+The faulty job is a small training loop whose culprit misbehaves at a known moment,
+which it writes down (``FAULT_MARK``) just before its divergent collective: a reordering
+(its peers hang in the all_reduce it moved), a size mismatch (gloo aborts the receiving
+peer at once: the evidence is in the dead rank's ring) and a skipped collective of a
+workload (``tests/workloads/data_shuffle.py``, ``FAULT=skip``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fr_otel.analysis import analyze
+from fr_otel.cli import main
+from fr_otel.cli.run_cmd import EXIT_LIVE_ABORTED
+from tests.jobs import torchrun
+
+pytestmark = pytest.mark.gloo
+
+WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
+PG_TIMEOUT_S = 30
+GOAL_S = 5.0
+"""The verdict comes within this many seconds of the divergent collective."""
+
+_TRAIN = """
+import datetime, os, time, torch, torch.distributed as dist
+
+fault = os.environ["LIVE_FAULT"]
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds={timeout}))
+rank, world = dist.get_rank(), dist.get_world_size()
+
+
+def gradients(numel=1000):
+    dist.all_reduce(torch.ones(numel))
+
+
+def parameters():
+    dist.all_gather_into_tensor(torch.empty(64 * world), torch.ones(64))
+
+
+for step in range(60):
+    if step == 10 and rank == 1:
+        with open(os.environ["FAULT_MARK"], "w") as mark:
+            mark.write(str(time.time_ns()))
+        if fault == "reorder":
+            parameters()
+            gradients()
+        else:
+            gradients(1001)  # its peers all_reduce 1000 floats
+            parameters()
+    else:
+        gradients()
+        parameters()
+    time.sleep(0.05)
+dist.destroy_process_group()
+"""
+
+
+def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str, command: list[str], **env: str
+) -> tuple[int, Path, float]:
+    """``fr-otel run --job JOB -- COMMAND`` in this process; (exit code, archive, seconds)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    archive = tmp_path / "archive"
+    began = time.monotonic()
+    code = main(["run", "--job", job, "--archive", str(archive), "--", *command])
+    return code, archive, time.monotonic() - began
+
+
+def _faulty_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, policy: str
+) -> tuple[int, Path, float, int]:
+    """The small training job with ``fault``; (exit code, archive, seconds, fault ns)."""
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN.format(timeout=PG_TIMEOUT_S))
+    mark = tmp_path / "fault"
+    code, archive, took = _run(
+        tmp_path,
+        monkeypatch,
+        "live",
+        torchrun(script, 3),
+        LIVE_FAULT=fault,
+        FAULT_MARK=str(mark),
+        FR_OTEL_LIVE_POLICY=policy,
+    )
+    return code, archive, took, int(mark.read_text())
+
+
+def _verdict(archive: Path, job: str, err: str) -> dict[str, Any]:
+    """The one live verdict: its line on stderr and its record in the archive."""
+    lines = [line for line in err.splitlines() if line.startswith("fr-otel: live: desync ")]
+    assert len(lines) == 1, err[-3000:]
+    [path] = (archive / "_live" / f"job={job}").glob("run=*/*.json")
+    record: dict[str, Any] = json.loads(path.read_text())
+    assert f" {record['kind']}: " in lines[0] and f"#{record['seq']}" in lines[0], lines[0]
+    return record
+
+
+def _offline_agrees(archive: Path, job: str, record: dict[str, Any]) -> None:
+    """``fr-otel analyze`` of the incident the ranks flushed names the same culprit at the
+    same collective."""
+    assert record["incident"], record
+    analysis = analyze(archive, job=job, incident=record["incident"])
+    assert analysis.root_cause is not None, analysis.findings
+    root = analysis.findings[analysis.root_cause]
+    named = (root.kind, root.culprit_ranks, root.group.name, root.collective_seq_id)
+    assert named == (record["kind"], record["culprit_ranks"], record["group"], record["seq"])
+
+
+def test_a_reordering_is_named_while_the_job_hangs_and_abort_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 1 issues its all_gather before its all_reduce: every rank hangs in its first
+    collective of the step (gloo never matches them) until the 30 s timeout. The verdict
+    comes in seconds, while all three ranks run; ``abort`` then ends the job."""
+    code, archive, took, fault_ns = _faulty_job(tmp_path, monkeypatch, "reorder", "abort")
+    record = _verdict(archive, "live", capsys.readouterr().err)
+    assert code == EXIT_LIVE_ABORTED
+    assert took < PG_TIMEOUT_S  # ended by the live check, not by the group's timeout
+    assert record["culprit_ranks"] == [1] and record["group_desc"] == "default_pg"
+    assert record["seq"] == 21 and "train.py" in record["call_site"], record
+    assert record["running_ranks"] == [0, 1, 2], record
+    assert (record["known_ns"] - fault_ns) / 1e9 < GOAL_S, record
+    assert record["incident"].endswith("-operator"), record  # declared by the live check
+    _offline_agrees(archive, "live", record)
+
+
+def test_a_size_mismatch_is_named_from_the_ring_of_the_rank_gloo_aborted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 1 all_reduces 1001 floats: the peer that receives them dies of gloo's
+    std::terminate at once and the launcher stops the rest; the verdict comes from the
+    rings, within seconds, and names the job's own incident."""
+    code, archive, _, fault_ns = _faulty_job(tmp_path, monkeypatch, "size", "report")
+    record = _verdict(archive, "live", capsys.readouterr().err)
+    assert code not in (0, EXIT_LIVE_ABORTED)  # the job failed by itself
+    assert (record["kind"], record["culprit_ranks"], record["seq"]) == ("size_mismatch", [1], 21)
+    assert (record["known_ns"] - fault_ns) / 1e9 < GOAL_S, record
+    assert not record["incident"].endswith("-operator"), record  # the job's own
+    _offline_agrees(archive, "live", record)
+
+
+def test_a_skipped_collective_of_a_workload_is_named_and_the_job_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """data_shuffle's rank 1 leaves out a step's gather and goes on to the next step's
+    shuffle; its peers wait in the gather. With ``report`` the job runs on to its own
+    timeout, which fails it."""
+    code, archive, took = _run(
+        tmp_path,
+        monkeypatch,
+        "shuffle",
+        torchrun(WORKLOADS / "data_shuffle.py", 3),
+        FAULT="skip",
+        PG_TIMEOUT="12",
+    )
+    err = capsys.readouterr().err
+    record = _verdict(archive, "shuffle", err)
+    assert code not in (0, EXIT_LIVE_ABORTED), err[-3000:]
+    assert took > 12  # the job went on to its timeout
+    assert (record["kind"], record["culprit_ranks"], record["op"]) == (
+        "skipped_collective",
+        [1],
+        "gather",
+    )
+    assert record["seconds"] < GOAL_S and record["running_ranks"], record
+    _offline_agrees(archive, "shuffle", record)
+
+
+HEALTHY = {"ddp": 3, "data_shuffle": 3, "objects": 3, "mesh2d": 4}
+"""Families (and their ranks) whose healthy runs must give no verdict: C++ collectives
+seen late through the torch ring, scatter and gather lists on the root alone with uneven
+all_to_all splits, object collectives and monitored barriers, groups of one name on
+separate members."""
+
+
+@pytest.mark.parametrize("family", sorted(HEALTHY))
+def test_a_healthy_workload_gets_no_verdict(
+    family: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, archive, _ = _run(
+        tmp_path,
+        monkeypatch,
+        family,
+        torchrun(WORKLOADS / f"{family}.py", HEALTHY[family]),
+        FAULT="none",
+        STEPS="12",
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    assert "fr-otel: live" not in err, err[-3000:]
+    assert not (archive / "_live").exists()
