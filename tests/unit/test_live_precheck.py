@@ -158,6 +158,7 @@ def _head(rank: int, size: int, created_ns: int) -> Head:
         site=None,
         created_ns=created_ns,
         members=WORLD,
+        group_key="0|0,1,2",
     )
 
 

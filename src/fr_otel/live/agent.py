@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -34,7 +35,7 @@ from fr_otel.live.declare import declare, wait_for_flush
 from fr_otel.live.heads import RankRings
 from fr_otel.live.verdict import Verdict, make_verdict, write_record
 from fr_otel.recorder.incident_ids import new_incident_id
-from fr_otel.recorder.ring import run_ring_bases
+from fr_otel.recorder.ring import run_ring_bases, run_ring_dir
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ CLEARED_BEFORE_SPACING = 20
 """Candidates the analyzer may clear before confirmations are spaced out: a pre-check
 that keeps finding differences the analyzer accepts would otherwise cost an analysis per
 look."""
+RESCAN_LOOKS = 20
+"""The ring folder is listed again this often even when its mtime has not changed."""
 SPACING_FACTOR = 10
 """Once spaced out, a confirmation waits this many times the last one's cost."""
 _HOST = socket.gethostname()
@@ -95,6 +98,7 @@ class LiveCheck:
         """Cleared by the analysis of a running job (see ``SETTLED_KEPT``)."""
         self._next_confirm = 0.0
         self._said: set[str] = set()
+        self._folder_stamp: int | None = None
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fr-otel-live", daemon=True)
         self.verdict: Verdict | None = None
@@ -133,9 +137,7 @@ class LiveCheck:
         """One look at this host's rings (see the module's docstring); ``final``: the
         last, once the job has ended (every candidate still open is analysed)."""
         self.looks += 1
-        for base in run_ring_bases(self.settings.rings, self.settings.job, self.settings.run_id):
-            if base not in self._rings:
-                self._rings[base] = RankRings(base)
+        self._find_rings()
         heads = []
         for base, rings in self._rings.items():
             try:
@@ -149,6 +151,22 @@ class LiveCheck:
         running = [rings.rank for rings in self._rings.values() if _running(rings)]
         self._pending += [_Trial(candidate=c) for c in self._board.add(heads, running)]
         self._confirm_pending(running, final)
+
+    def _find_rings(self) -> None:
+        """Follow the rings ranks made since the last look. The folder is listed only
+        when it changed (its mtime), or every ``RESCAN_LOOKS`` looks where mtimes are
+        coarse: listing and sorting 1,024 rings took 45 ms."""
+        folder = run_ring_dir(self.settings.rings, self.settings.job, self.settings.run_id)
+        try:
+            stamp: int | None = os.stat(folder).st_mtime_ns
+        except OSError:
+            stamp = None
+        if stamp == self._folder_stamp and self.looks % RESCAN_LOOKS:
+            return
+        self._folder_stamp = stamp
+        for base in run_ring_bases(self.settings.rings, self.settings.job, self.settings.run_id):
+            if base not in self._rings:
+                self._rings[base] = RankRings(base)
 
     def _confirm_pending(self, running: Collection[int], final: bool) -> None:
         """One analysis of the rings for every open candidate whose group moved since its

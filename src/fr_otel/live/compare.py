@@ -65,8 +65,8 @@ def _differ(one: Head, other: Head) -> bool:
     return one.site is not None and other.site is not None and one.site != other.site
 
 
-_Key = tuple[str, tuple[int, ...] | None]
-"""A group: its name and its members."""
+_Key = str
+"""A group: its name and its members (``Head.group_key``)."""
 
 
 @dataclass(kw_only=True)
@@ -78,10 +78,12 @@ class _Group:
     """rank -> the newest seq it issued in the group."""
     members: tuple[int, ...] | None
 
-    def waiting(self, seq: int, local: Collection[int]) -> bool:
-        """Has some local member not reached ``seq`` yet?"""
+    def lowest(self, local: frozenset[int]) -> int | None:
+        """The newest seq every running local member has reached (None: none runs); a
+        slot past it is waited for."""
         members = self.members if self.members is not None else self.reached
-        return any(self.reached.get(rank, -1) < seq for rank in members if rank in local)
+        reached = [self.reached.get(rank, -1) for rank in members if rank in local]
+        return min(reached) if reached else None
 
 
 class Board:
@@ -94,15 +96,16 @@ class Board:
         """Slots whose members differ, waiting for the rest of the group."""
         self._local: frozenset[int] = frozenset()
 
-    def add(self, heads: Iterable[Head], local: Collection[int]) -> list[Candidate]:
-        """Place new heads; return the candidates now complete. ``local``: the ranks whose
-        rings this host holds and that still run (a slot waits for those alone)."""
+    def add(self, heads: Iterable[Head], running: Collection[int]) -> list[Candidate]:
+        """Place new heads; return the candidates now complete. ``running``: the ranks
+        whose rings this host holds and that still run (a slot waits for those alone)."""
+        local = frozenset(running)
         touched: set[tuple[_Key, int]] = set()
         moved: set[_Key] = set()
         for head in heads:
             # one name can stand for several groups (a mesh's tp groups, replicas): a
             # group is its name and its members
-            key = (head.group, head.members)
+            key = head.group_key
             moved.add(key)
             group = self._groups.get(key)
             if group is None:
@@ -125,43 +128,46 @@ class Board:
                 if any(_differ(first, other) for other in others):
                     self._differing.add((key, seq))
         found = []
-        for key, seq in sorted(self._differing, key=lambda item: (item[0][0], item[1])):
-            group = self._groups[key]
-            if group.waiting(seq, local):
+        lowest = {key: group.lowest(local) for key, group in self._groups.items()}
+        for key, seq in sorted(self._differing):
+            low = lowest[key]
+            if low is not None and low < seq:
                 continue
             self._differing.discard((key, seq))
+            group = self._groups[key]
             at = group.slots.pop(seq, {})
+            heads_there = tuple(at[r] for r in sorted(at))
             found.append(
                 Candidate(
-                    group=key[0],
-                    members=key[1],
+                    group=heads_there[0].group,
+                    members=group.members,
                     seq=seq,
-                    heads=tuple(at[r] for r in sorted(at)),
+                    heads=heads_there,
                 )
             )
         # a slot is settled when a member reaches it or a member stops: only groups that
         # got heads are looked at again, unless the running ranks changed
-        changed = frozenset(local) != self._local
-        self._local = frozenset(local)
+        changed = local != self._local
+        self._local = local
         for key, group in self._groups.items():
             if not changed and key not in moved:
                 continue
+            low = lowest[key]
             for seq in [s for s in group.slots if (key, s) not in self._differing]:
-                if not group.waiting(seq, local):
+                if low is None or seq <= low:
                     del group.slots[seq]  # every local member issued the same: nothing to see
             _trim(key, group, self._differing)
         return found
 
-    def frontier(self, candidate: Candidate, local: Collection[int]) -> int:
+    def frontier(self, candidate: Candidate, running: Collection[int]) -> int:
         """The newest seq every running local member of the candidate's group has
         reached (when none runs, the newest any reached): how far the analysis of a
         snapshot reads the group."""
-        group = self._groups.get((candidate.group, candidate.members))
+        group = self._groups.get(candidate.heads[0].group_key)
         if group is None:
             return candidate.seq
-        members = group.members if group.members is not None else group.reached
-        running = [group.reached.get(rank, -1) for rank in members if rank in local]
-        return min(running) if running else max(group.reached.values(), default=candidate.seq)
+        low = group.lowest(frozenset(running))
+        return low if low is not None else max(group.reached.values(), default=candidate.seq)
 
 
 def _trim(key: _Key, group: _Group, differing: set[tuple[_Key, int]]) -> None:
