@@ -162,7 +162,7 @@ def analyze_connection(
     for name in rest:
         run_file(connection, name, params, text)
         if name == _SLOTS_PASS:
-            _failed_gloo_entries(connection)
+            _gloo_entries(connection)
 
     groups = _groups(connection)
     dumped = {r for (r,) in connection.execute("SELECT rank FROM dumped").fetchall()}
@@ -240,13 +240,23 @@ def analyze_connection(
 _SLOTS_PASS = "02_slots.sql"
 
 
-def _failed_gloo_entries(connection: duckdb.DuckDBPyConnection) -> None:
-    """Mark the entries of the slots pass's failed gloo collectives not done, where there
-    are any: only then is ``e`` copied out of the kept entries (``prepared.writable``)."""
-    failed = connection.execute("SELECT count(*) FROM failed_gloo").fetchone()
-    if failed and failed[0]:
-        prepared.writable(connection)
-        run_file(connection, "failed_gloo_entries.sql", {})
+_GLOO_CORRECTIONS = (
+    ("failed_gloo", "failed_gloo_entries.sql"),
+    ("unretired_gloo", "unretired_gloo_entries.sql"),
+)
+"""The slots pass's corrections of gloo's retired marks, and the files that carry them
+over to the entries."""
+
+
+def _gloo_entries(connection: duckdb.DuckDBPyConnection) -> None:
+    """Carry the slots pass's corrections to the entries: failed gloo collectives are not
+    done, and completed ones gloo had not yet retired are; each only where there are
+    any: only then is ``e`` copied out of the kept entries (``prepared.writable``)."""
+    for table, name in _GLOO_CORRECTIONS:
+        count = connection.execute(f"SELECT count(*) FROM {table}").fetchone()
+        if count and count[0]:
+            prepared.writable(connection)
+            run_file(connection, name, {})
 
 
 def _unsure_stops(connection: duckdb.DuckDBPyConnection, findings: list[Finding]) -> None:

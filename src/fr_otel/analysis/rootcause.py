@@ -9,7 +9,8 @@ rank that stopped is one cause however many groups miss it. In a jam of absences
 others, whose ranks it keeps blocked, are its consequences; when the evidence cannot
 order them, the jam's root is an ambiguous ``cross_pg_deadlock`` that names them all as
 candidates and says why. A silent rank (a member with no dump) is the suspect only when
-nothing with evidence explains the jam.
+nothing with evidence explains the jam, nor a rank with a dump that waits on no silent rank
+(a finding blaming it on evidence is the cause then, wherever its peers seem to wait).
 
 Causes are ordered by evidence: two collectives of one group by their sequence numbers;
 else by the ranks that issued both (clocks differ across hosts); else by ranks that
@@ -450,7 +451,38 @@ def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph
     # a silent rank is the suspect only where no finding with evidence explains the jam
     if any(ordered[i].kind != "silent_rank" for i in roots):
         roots = [i for i in roots if ordered[i].kind != "silent_rank"]
+    elif roots:
+        roots = _evidence_before_silence(ordered, roots, graph) or roots
     return roots or [0]
+
+
+def _evidence_before_silence(
+    ordered: list[Finding], roots: list[int], graph: WaitGraph
+) -> list[int]:
+    """The findings that blame, on evidence, a rank with a dump that waits on no silent
+    rank, where only silences are causes: their silence explains the ranks blocked behind
+    them, not that one (it never issued what its peers went on to, stuck in host code, or
+    issued something else), so the silent ranks are not the suspects; it is.
+
+    Where gloo left the peers' last blocking collective unretired (their ``wait()``
+    returned first) and no member shows it done, the peers seem to wait in it on the
+    silent member, and the stopped rank, which they went past, holds no one in the wait
+    graph: only its finding says what the dumps show."""
+    held = frozenset().union(*(ordered[i].held_ranks for i in roots))
+    free = graph.dumped - held
+    found: list[int] = []
+    stopped: set[int] = set()
+    for i, finding in enumerate(ordered):
+        culprits = set(finding.culprit_ranks)
+        if finding.kind == "silent_rank" or not culprits & free or not culprits <= graph.dumped:
+            continue
+        if finding.kind == "missing_rank":
+            # one stop is one cause, however many groups miss it
+            if finding.absent_ranks <= stopped:
+                continue
+            stopped |= finding.absent_ranks
+        found.append(i)
+    return found
 
 
 def _touched(finding: Finding, sinks: list[frozenset[int]], graph: WaitGraph) -> set[int]:

@@ -66,14 +66,29 @@ class AllToAllEvidence(base.Evidence):
     total_input_numel: int
     total_output_numel: int
     per_rank: list[dict[str, Any]]
-    """``{"rank", "input_numel", "output_numel"}`` per member."""
+    """``{"rank", "input_numel", "output_numel"}`` per member with a dump."""
     blame: str
+    assumed: dict[str, Any] | None = None
+    """``{"ranks", "input_numel", "output_numel"}``: members without a dump, taken to have
+    moved what most members with one did (their part of the totals)."""
 
     JSON_FIELDS = ("total_input_numel", "total_output_numel", "per_rank")
+
+    def own(self, entries: base.Entries) -> dict[str, Any]:
+        out = super().own(entries)
+        if self.assumed is not None:
+            out["assumed"] = self.assumed
+        return out
 
     def headline(self, finding: Finding) -> str:
         sent, received = self.total_input_numel, self.total_output_numel
         balance = f"{sent} elements sent, {received} received"
+        if self.assumed is not None:
+            who = ranks_words(self.assumed["ranks"])
+            balance += (
+                f" if {who}, which left no dump, moved what most members did"
+                f" ({self.assumed['input_numel']} in, {self.assumed['output_numel']} out)"
+            )
         return f"all_to_all {finding.place()} does not balance: {balance}; {self.blame}"
 
 
@@ -163,15 +178,30 @@ def _changed_since_last_time(
 def all_to_all_findings(
     connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
 ) -> list[Finding]:
-    """all_to_all slots whose totals do not balance over the group."""
+    """all_to_all slots whose totals do not balance over the group (members without a
+    dump taken to have moved what most members with one did)."""
     findings = []
     rows = connection.execute(
-        "SELECT gid, seq, per_rank, total_in, total_out FROM all_to_all_balance ORDER BY ALL"
+        "SELECT gid, seq, per_rank, total_in, total_out, silent FROM all_to_all_balance"
+        " ORDER BY gid, seq"
     ).fetchall()
-    for gid, seq, per_rank, total_in, total_out in rows:
+    for gid, seq, per_rank, total_in, total_out, silent in rows:
         group = groups[gid]
         pairs = Counter((r["i"], r["o"]) for r in per_rank)
         (usual, usual_n), *rest = pairs.most_common()
+        assumed = None
+        if silent:
+            # what the members without a dump moved is unknown. Members with one are
+            # still in it, so it may not have balanced: it does not if the silent ones
+            # moved what most members with a dump did (a shape two or more share, ahead
+            # of any other), and the members that moved something else are the culprits
+            if usual_n < 2 or (rest and rest[0][1] == usual_n):
+                continue
+            total_in += len(silent) * usual[0]
+            total_out += len(silent) * usual[1]
+            if total_in == total_out:
+                continue
+            assumed = {"ranks": list(silent), "input_numel": usual[0], "output_numel": usual[1]}
         changed = _changed_since_last_time(connection, gid, seq)
         if 0 < len(changed) < len(per_rank):
             # uneven splits are legal, so shapes need not agree: the rank whose shape
@@ -186,8 +216,9 @@ def all_to_all_findings(
             blame = "no member's shape has a majority"
         else:
             culprits = sorted(r["rank"] for r in per_rank if (r["i"], r["o"]) != usual)
+            differ = "differs" if len(culprits) == 1 else "differ"
             blame = (
-                f"{ranks_words(culprits)} differ from the {usual_n} member(s) that sent"
+                f"{ranks_words(culprits)} {differ} from the {usual_n} member(s) that sent"
                 f" {usual[0]} and received {usual[1]} elements"
             )
         findings.append(
@@ -205,6 +236,7 @@ def all_to_all_findings(
                         for r in per_rank
                     ],
                     blame=blame,
+                    assumed=assumed,
                 ),
                 stacks=_stacks(per_rank, culprits),
                 time_ns=_slot_time(connection, gid, seq),

@@ -199,6 +199,8 @@ class WaitGraph:
     silent_needs: dict[SlotKey, set[int]] = field(default_factory=dict)
     """Slots that wait on nothing a dump shows, but have members (or a peer) without a
     dump: those silent ranks are the only ones that could complete them."""
+    dumped: frozenset[int] = frozenset()
+    """The ranks with a dump."""
 
     @classmethod
     def build(
@@ -249,7 +251,13 @@ class WaitGraph:
                 silent = set(groups[gid].ranks or ()) - dumped
                 if silent and not needs[slot]:
                     silent_needs[slot] = silent
-        return cls(heads=heads, by_slot=by_slot, needs=needs, silent_needs=silent_needs)
+        return cls(
+            heads=heads,
+            by_slot=by_slot,
+            needs=needs,
+            silent_needs=silent_needs,
+            dumped=frozenset(dumped),
+        )
 
     def sinks(self) -> list[frozenset[int]]:
         """The ranks of each jam that waits on nothing outside itself.

@@ -155,3 +155,39 @@ WHERE NOT e.p2p AND e.op <> 'coalesced' AND e.retired_only
 UPDATE slots SET done = false
 WHERE EXISTS (SELECT 1 FROM failed_gloo f
               WHERE f.gid = slots.gid AND f.seq = slots.seq AND f.rank = slots.rank);
+
+-- gloo's worker thread completes a work's future, which lets the caller's wait() return,
+-- a moment before it retires the work's entry: a rank that dumped at once (it went on to
+-- its next collective and hung there) shows the blocking collective it had returned from
+-- not retired, and would be said to wait in it. FR does not say which calls blocked (an
+-- async_op=True one stays in flight while the next is issued), so going past a collective
+-- is not enough; it counts as done when, besides, every member's part of it was given:
+-- another member completed it (a member ends an all_reduce, an all_gather, an all_to_all,
+-- a broadcast or a scatter only with every part it needs sent; not a gather's or a
+-- reduce's senders, done before their root has everyone's), or every member issued it
+-- alike, each with a dump. Then it holds this rank nowhere, returned already or not.
+CREATE OR REPLACE TEMP TABLE unretired_gloo AS
+WITH went_past AS (
+    -- unfinished gloo collectives a rank issued something after: few, read from e (a
+    -- join of every slot with its summary cost 46 ms at 256 ranks x 2,000 entries)
+    SELECT e.gid, e.seq, e.rank, e.op
+    FROM e JOIN dumped d ON d.rank = e.rank AND d.last_record > e.record_id
+    WHERE e.gloo AND NOT e.done AND NOT e.p2p AND NOT e.in_batch AND e.op <> 'coalesced'
+)
+SELECT w.gid, w.seq, w.rank
+FROM went_past w
+JOIN slot_summary ss ON ss.gid = w.gid AND ss.seq = w.seq
+WHERE ss.absent = 0 AND ss.signatures = 1
+  AND NOT EXISTS (SELECT 1 FROM failed_gloo f
+                  WHERE f.gid = w.gid AND f.seq = w.seq AND f.rank = w.rank)
+  AND ((w.op NOT IN ('gather', 'reduce')
+        AND EXISTS (SELECT 1 FROM slots o
+                    WHERE o.gid = w.gid AND o.seq = w.seq AND o.rank <> w.rank AND o.done))
+       OR EXISTS (SELECT 1 FROM groups g
+                  WHERE g.gid = w.gid AND g.unknown_members = 0 AND len(g.members) = ss.present
+                    AND g.gid NOT IN (SELECT gid FROM silent_members)));
+
+-- (their entries in e: unretired_gloo_entries.sql, run by the engine where there are any)
+UPDATE slots SET done = true
+WHERE EXISTS (SELECT 1 FROM unretired_gloo u
+              WHERE u.gid = slots.gid AND u.seq = slots.seq AND u.rank = slots.rank);

@@ -28,28 +28,35 @@ WHERE NOT e.p2p AND e.in_tensors > 0 AND e.out_tensors > 0
   );
 
 -- all_to_all moves every element somewhere: over the whole group, what goes in comes out.
+-- Members without a dump leave the totals unknown: where the members with one are still
+-- in it (it never completed, so the totals may not have balanced), the slot is kept with
+-- those silent members, and rules.py weighs it taking them to have moved what most members
+-- with a dump did.
 CREATE OR REPLACE TEMP TABLE all_to_all_balance AS
 WITH sizes AS MATERIALIZED (SELECT gid, len(members) AS size FROM groups),
 a2a AS (
-    SELECT gid, seq, rank, record_id, in_numel, out_numel
+    SELECT gid, seq, rank, record_id, in_numel, out_numel, done
     FROM e
     WHERE list_contains($all_to_all_ops, op) AND NOT p2p
 ),
 complete AS (
     SELECT a.gid, a.seq
-    FROM a2a a JOIN sizes g USING (gid)
+    FROM a2a a JOIN sizes g USING (gid) LEFT JOIN silent_members sm USING (gid)
     GROUP BY a.gid, a.seq
     -- the balanced ones, nearly all, are dropped before their per-rank lists are built
-    HAVING count(DISTINCT a.rank) = any_value(g.size)
-       AND sum(a.in_numel) <> sum(a.out_numel)
+    HAVING (count(DISTINCT a.rank) = any_value(g.size)
+            AND sum(a.in_numel) <> sum(a.out_numel))
+        OR (count(DISTINCT a.rank) + len(any_value(sm.ranks)) = any_value(g.size)
+            AND NOT bool_and(a.done))
 )
 SELECT a.gid, a.seq,
        list(struct_pack(rank := a.rank, record_id := a.record_id, i := a.in_numel,
                         o := a.out_numel) ORDER BY a.rank) AS per_rank,
-       sum(a.in_numel) AS total_in, sum(a.out_numel) AS total_out
-FROM a2a a JOIN complete USING (gid, seq)
+       sum(a.in_numel) AS total_in, sum(a.out_numel) AS total_out,
+       coalesce(any_value(sm.ranks), []) AS silent
+FROM a2a a JOIN complete USING (gid, seq) LEFT JOIN silent_members sm USING (gid)
 GROUP BY a.gid, a.seq
-HAVING sum(a.in_numel) <> sum(a.out_numel);
+HAVING sum(a.in_numel) <> sum(a.out_numel) OR any_value(sm.ranks) IS NOT NULL;
 
 -- Point-to-point ops still waiting, with whether the peer posted the other half.
 CREATE OR REPLACE TEMP TABLE p2p_pending AS
