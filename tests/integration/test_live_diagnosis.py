@@ -21,7 +21,7 @@ import pytest
 
 from fr_otel.analysis import analyze
 from fr_otel.cli import main
-from fr_otel.cli.run_cmd import EXIT_LIVE_ABORTED
+from fr_otel.cli._errors import EXIT_LIVE_ABORTED
 from tests.jobs import torchrun
 
 pytestmark = pytest.mark.gloo

@@ -31,6 +31,9 @@ EXIT_BAD_INPUT = 2
 """Unusable input, a usage error, or some input files that could not be used."""
 EXIT_INTERNAL = 3
 """A bug in fr_otel (or in a library under it): never confused with a diagnosis."""
+EXIT_LIVE_ABORTED = 4
+"""``fr-otel run``: the live check named a desync and ended the job
+(``FR_OTEL_LIVE_POLICY=abort``); otherwise ``run`` exits with its command's code."""
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
 

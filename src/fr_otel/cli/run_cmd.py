@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING
 import click
 
 from fr_otel import config
+from fr_otel.cli._errors import EXIT_LIVE_ABORTED
 from fr_otel.cli._options import archive_option, job_option
 
 if TYPE_CHECKING:
     from fr_otel.live.agent import LiveCheck
 
-EXIT_LIVE_ABORTED = 4
-"""The live check named a desync and ended the job (``FR_OTEL_LIVE_POLICY=abort``)."""
 LIVE_STOP_S = 30.0
 """How long the live check's last look (the rings as the job left them) may take."""
 
