@@ -30,6 +30,7 @@ SPAN_CARRIED = (
     "time_created_ns",
     "timeout_ms",
     "call_site",
+    "api",
 )
 SPAN_NOT_CARRIED = (
     "pg_id",
@@ -78,6 +79,7 @@ def canonical_row(**values: Any) -> dict[str, Any]:
         timeout_ms=600_000,
         is_p2p=False,
         call_site="/job/train.py:21 in train_step",
+        api="all_reduce",
         dump_time_ns=1_700_000_000_100_000_000,
         source_format="simulator",
     )

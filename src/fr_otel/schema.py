@@ -95,7 +95,9 @@ _COLUMNS: list[tuple[str, str, bool, str]] = [
         "op",
         "string",
         False,
-        "Operation without backend prefix or peer suffix: `all_reduce`, `send`, `coalesced`.",
+        "Operation without backend prefix or peer suffix: `all_reduce`, `send`, `coalesced`."
+        " Torch's name for it, as its Flight Recorder records it; the recorder's row of a"
+        " call whose torch name it never learned has the function called (`api`).",
     ),
     ("profiling_name", "string", True, "The raw FR `profiling_name`, e.g. `nccl:send 0->1`."),
     ("peer", "int64", True, "Global rank of the point-to-point peer; null for collectives."),
@@ -171,6 +173,16 @@ _COLUMNS: list[tuple[str, str, bool, str]] = [
     ),
     ("fr_version", "string", True, "The dump's FR format version, e.g. `2.10`."),
     ("comm_lib_version", "string", True, "NCCL (or other library) version from the dump."),
+    (
+        "api",
+        "string",
+        True,
+        "The `torch.distributed` function the user called (`reduce_scatter_tensor`), where"
+        " the recorder's hooks saw the call; `op` and `profiling_name` stay torch's own"
+        " (gloo runs that call as `all_reduce`), so rows of the recorder and of torch's"
+        " dumps compare alike. Null for entries only torch's Flight Recorder saw, and for"
+        " rows of dumps.",
+    ),
 ]
 
 COLUMN_DOCS: dict[str, str] = {name: doc for name, _, _, doc in _COLUMNS}
@@ -180,7 +192,10 @@ SCHEMA_VERSION_KEY = b"fr_otel.schema_version"
 """The key of a rank file's key-value metadata that says which archive schema wrote it."""
 
 SCHEMA_VERSION = "1"
-"""The archive schema version ``RECORD_SCHEMA`` writes (under ``SCHEMA_VERSION_KEY``)."""
+"""The archive schema version ``RECORD_SCHEMA`` writes (under ``SCHEMA_VERSION_KEY``). A
+nullable column added at the end keeps it: every reader selects the canonical columns by
+name, so a file without the column reads it as null, and an fr_otel that predates it
+leaves it unread (``api``). A change of a column's type or meaning needs a new one."""
 
 COLUMNS: tuple[str, ...] = tuple(name for name, _, _, _ in _COLUMNS)
 

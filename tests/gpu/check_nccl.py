@@ -301,7 +301,8 @@ def _w_recording(rep: _Report) -> None:
         return
     rows = _rows(path)
     ranks = list(range(world))
-    # key, op, group, seq, input sizes, output sizes, dtype, blocking
+    # key, function called (the row's api; its op is torch's), group, seq, input sizes,
+    # output sizes, dtype, blocking
     expected = [
         ("all_reduce", "all_reduce", "default", 1, [[1024]], [[1024]], "Float", True),
         (
@@ -333,7 +334,7 @@ def _w_recording(rep: _Report) -> None:
         match = [
             r
             for r in rows
-            if r["op"] == op and r["pg_name"] == names[group] and r["collective_seq_id"] == seq
+            if r["api"] == op and r["pg_name"] == names[group] and r["collective_seq_id"] == seq
         ]
         if not rep.expect(len(match) == 1, f"{key}: {len(match)} rows for {op} seq {seq}"):
             continue
@@ -402,6 +403,15 @@ def _w_recording(rep: _Report) -> None:
             f"collective_seq_id {group} pg {name}: {'AGREE' if agree else 'DIFFER'}"
             f" recorder={ours} nccl_fr={theirs}"
         )
+    # the recorder's op is torch's own (NCCL's _allgather_base for all_gather_into_tensor)
+    fr_ops = {(r["pg_name"], r["collective_seq_id"]): r["op"] for r in fr_rows if not r["is_p2p"]}
+    differ = [
+        (r["api"], r["op"], fr_ops[(r["pg_name"], r["collective_seq_id"])])
+        for r in rows
+        if not r["is_p2p"]
+        and fr_ops.get((r["pg_name"], r["collective_seq_id"]), r["op"]) != r["op"]
+    ]
+    rep.expect(not differ, f"(api, op, torch FR's op) where the ops differ: {differ}")
     others = sorted({r["pg_name"] for r in fr_rows} - set(names.values()))
     if others:
         rep.info(f"NCCL FR also has groups {others}")

@@ -251,18 +251,19 @@ def test_point_to_point_and_aliases_are_recorded_once_with_their_call_site(
     rows = sorted(pq.read_table(folder).to_pylist(), key=lambda r: (r["rank"], r["record_id"]))
     site = f"{script}:{{}} in <module>"
     # rank 1 flushes from its listener, maybe once it is through the closing barrier too
+    # the op is torch's (gloo's FR says all_gather), the function called is the api
     seen = [
-        (r["rank"], r["op"], r["peer"], r["state"], r["call_site"])
+        (r["rank"], r["op"], r["api"], r["peer"], r["state"], r["call_site"])
         for r in rows
         if r["call_site"] != site.format(14)
     ]
     assert seen == [
-        (0, "send", 1, "completed", site.format(6)),
-        (0, "send", 1, "completed", site.format(7)),
-        (0, "all_gather_into_tensor", None, "completed", site.format(9)),
-        (0, "barrier", None, "completed", site.format(10)),
-        (1, "recv", 0, "completed", site.format(6)),
-        (1, "recv", 0, "completed", site.format(7)),
-        (1, "all_gather_into_tensor", None, "completed", site.format(9)),
-        (1, "barrier", None, "completed", site.format(10)),
+        (0, "send", "send", 1, "completed", site.format(6)),
+        (0, "send", "send", 1, "completed", site.format(7)),
+        (0, "all_gather", "all_gather_into_tensor", None, "completed", site.format(9)),
+        (0, "barrier", "barrier", None, "completed", site.format(10)),
+        (1, "recv", "recv", 0, "completed", site.format(6)),
+        (1, "recv", "recv", 0, "completed", site.format(7)),
+        (1, "all_gather", "all_gather_into_tensor", None, "completed", site.format(9)),
+        (1, "barrier", "barrier", None, "completed", site.format(10)),
     ]

@@ -7,6 +7,7 @@ torch jobs exercise the same code in ``tests/integration/test_recorder_workloads
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from fr_otel.dumps.parse import raw_entries
-from fr_otel.recorder.frsource import FILL_SHARE, FrMirror
+from fr_otel.recorder.frsource import FILL_SHARE, LEARN_TRIES, FrMirror
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, read_ring, torch_ring_base
 from fr_otel.recorder.slot import COMPLETED, STARTED
 from fr_otel.recorder.triggers import POLL_S
@@ -29,9 +30,13 @@ class Torch:
     def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
         self.reads = 0
+        self.unrecorded = 0
+        """Collectives issued that the FR buffer has no entry of (FR off, or an op such as
+        gloo's monitored_barrier that its FR does not record)."""
 
     def _get_sequence_number_for_group(self) -> int:
-        return max((e["collective_seq_id"] for e in self.entries), default=0)
+        recorded = max((e["collective_seq_id"] for e in self.entries), default=0)
+        return recorded + self.unrecorded
 
     def issue(self, op: str, *, retired: bool = True, age_s: float = 0.0) -> int:
         seq = self._get_sequence_number_for_group() + 1
@@ -80,8 +85,19 @@ def _setup(tmp_path: Path, *, complete: bool = False) -> tuple[RingWriter, Torch
     return main, torch, mirror
 
 
-def _hook(main: RingWriter, torch: Torch, op: str) -> None:
-    """A hooked call: the slot first, then torch's entry, as the wrapper does it."""
+def _hook(main: RingWriter, torch: Torch, op: str, *, runs_as: str | None = "") -> None:
+    """A hooked call of ``op``: the slot first, then torch's entry, as the wrapper does it.
+    Torch runs it as ``runs_as`` (by default ``op``; None: its FR records no entry)."""
+    record = _begin(main, torch, op)
+    if runs_as is None:
+        torch.unrecorded += 1
+    else:
+        torch.issue(runs_as or op)
+    main.finish(record, COMPLETED)
+
+
+def _begin(main: RingWriter, torch: Torch, op: str) -> int:
+    """A hooked call's slot, written before torch numbers the op."""
     group = main.intern_group(("0", INFO.ranks), INFO)
     sig = main.intern_signature(
         op,
@@ -95,9 +111,7 @@ def _hook(main: RingWriter, torch: Torch, op: str) -> None:
         ),
     )
     seq = torch._get_sequence_number_for_group() + 1
-    record = main.begin(group, seq, 0, sig, 0, -1, STARTED)
-    torch.issue(op)
-    main.finish(record, COMPLETED)
+    return main.begin(group, seq, 0, sig, 0, -1, STARTED)
 
 
 def _mirrored(mirror: FrMirror) -> list[tuple[int, str, int]]:
@@ -122,13 +136,17 @@ def test_only_what_no_hook_recorded_is_copied(tmp_path: Path) -> None:
 def test_a_later_hooked_op_does_not_hide_the_unhooked_ones_before_it(tmp_path: Path) -> None:
     main, torch, mirror = _setup(tmp_path)
     _hook(main, torch, "all_reduce")
+    assert mirror.tick() is None  # one read, for torch's name of the hooked op
+    _hook(main, torch, "all_reduce")
+    mirror._read_at = float("-inf")
     assert mirror.tick() is None  # all hooked: caught up without reading
-    assert torch.reads == 0
-    torch.issue("all_reduce")  # a bucket from C++
-    _hook(main, torch, "barrier")  # the newest seq is hooked, the one before is not
-    assert mirror.tick() is None
     assert torch.reads == 1
-    assert _mirrored(mirror) == [(2, "all_reduce", COMPLETED)]
+    torch.issue("all_reduce")  # a bucket from C++
+    _hook(main, torch, "all_reduce")  # the newest seq is hooked, the one before is not
+    mirror._read_at = float("-inf")
+    assert mirror.tick() is None
+    assert torch.reads == 2
+    assert _mirrored(mirror) == [(3, "all_reduce", COMPLETED)]
 
 
 def test_reads_are_spaced_by_their_cost(tmp_path: Path) -> None:
@@ -243,17 +261,21 @@ def test_a_full_buffer_is_read_at_the_next_look_within_the_cost_cap(tmp_path: Pa
 def test_a_buffer_full_of_hooked_ops_is_not_read(tmp_path: Path) -> None:
     main, torch, mirror = _setup(tmp_path, complete=True)
     mirror._fr_capacity = 10
+    _hook(main, torch, "all_reduce")
+    mirror.tick()
+    assert torch.reads == 1  # torch's name for the hooked op
     for _ in range(9):
         _hook(main, torch, "all_reduce")
+    mirror._read_at = float("-inf")
     mirror.tick()
     mirror.tick()
-    assert torch.reads == 0  # the rings hold every op: torch's dump would bring nothing
+    assert torch.reads == 1  # the rings hold every op: torch's dump would bring nothing
     torch.issue("all_reduce")  # one from C++
     for _ in range(8):
         _hook(main, torch, "all_reduce")
     mirror.tick()
-    assert torch.reads == 1
-    assert [s[2] for s in read_ring(mirror.ring.base, 0).slots] == [10]  # its seq
+    assert torch.reads == 2
+    assert [s[2] for s in read_ring(mirror.ring.base, 0).slots] == [11]  # its seq
 
 
 def test_entries_differing_only_in_their_shapes_get_their_own_signatures(tmp_path: Path) -> None:
@@ -406,3 +428,86 @@ def test_a_flush_reads_torch_s_fr_while_the_watch_waits_for_a_full_buffer(
     flushed.set()
     assert recorder._mirror_tick() is None
     assert torch.reads == 1
+
+
+def _ops(base: Path) -> list[tuple[int, str, str | None, str | None]]:
+    """(seq, op, profiling name, api) of each row of the rank's rings, as flushed."""
+    from fr_otel.recorder.table import ring_table
+
+    rows = ring_table(read_ring(base), job="j", incident="i", dump_time_ns=None).to_pylist()
+    return sorted((r["collective_seq_id"], r["op"], r["profiling_name"], r["api"]) for r in rows)
+
+
+def test_torch_s_name_for_a_hooked_op_is_learned_at_the_next_read_and_the_call_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gloo runs reduce_scatter_tensor as all_reduce, and its FR says so: the hooked rows
+    carry torch's op, as rows of torch's own dumps do, and the function called as api."""
+    main, torch, mirror = _setup(tmp_path)
+    _hook(main, torch, "reduce_scatter_tensor", runs_as="all_reduce")
+    _hook(main, torch, "all_gather_into_tensor", runs_as="all_gather")
+    assert mirror.tick() is None
+    assert torch.reads == 1  # at the first look: within seconds of the calls
+    torch.issue("all_reduce")  # DDP's bucket, from C++: only torch's FR has it
+    mirror._read_at = float("-inf")
+    assert mirror.tick() is None
+    assert _ops(main.base) == [
+        (1, "all_reduce", "gloo:all_reduce", "reduce_scatter_tensor"),
+        (2, "all_gather", "gloo:all_gather", "all_gather_into_tensor"),
+        (3, "all_reduce", "gloo:all_reduce", None),
+    ]
+    # the meta file says it: a peer flushing this ring after the rank died reads it too
+    lines = [json.loads(line) for line in main.base.with_suffix(".meta").read_text().split()]
+    assert [(x["sig"], x["op"], x["backend"]) for x in lines if x["t"] == "torch_op"] == [
+        (0, "all_reduce", "gloo"),
+        (1, "all_gather", "gloo"),
+    ]
+
+    # learned once: the same calls again give the watch nothing to read for, nor to look
+    # at the hooks' slots for
+    def never(*args: object) -> None:
+        raise AssertionError("the slots were scanned for signatures already learned")
+
+    monkeypatch.setattr(main, "signature_keys", never)
+    _hook(main, torch, "reduce_scatter_tensor", runs_as="all_reduce")
+    _hook(main, torch, "all_gather_into_tensor", runs_as="all_gather")
+    mirror._read_at = float("-inf")
+    assert mirror.tick() is None
+    assert torch.reads == 2
+    assert [op for _, op, _, _ in _ops(main.base)][3:] == ["all_reduce", "all_gather"]
+
+
+def test_a_hooked_op_learned_only_at_a_flush_s_read(tmp_path: Path) -> None:
+    main, torch, mirror = _setup(tmp_path)
+    mirror._read_at = time.monotonic()  # a read just now: the watch waits its interval
+    _hook(main, torch, "all_to_all_single", runs_as="all_to_all")
+    assert mirror.tick() is None and torch.reads == 0
+    mirror.read()  # the flush's (or the rank's end's)
+    assert _ops(main.base) == [(1, "all_to_all", "gloo:all_to_all", "all_to_all_single")]
+
+
+def test_an_op_torch_s_fr_never_records_is_given_up_after_a_few_reads(tmp_path: Path) -> None:
+    main, torch, mirror = _setup(tmp_path)
+    reads = []
+    for _ in range(LEARN_TRIES + 2):
+        _hook(main, torch, "monitored_barrier", runs_as=None)  # gloo's FR records none
+        mirror._read_at = float("-inf")
+        mirror.tick()
+        reads.append(torch.reads)
+    assert reads == [*range(1, LEARN_TRIES + 1), LEARN_TRIES, LEARN_TRIES]
+    # the function called stays the op
+    assert {(op, api) for _, op, _, api in _ops(main.base)} == {
+        ("monitored_barrier", "monitored_barrier")
+    }
+
+
+def test_a_record_hooked_after_the_dump_is_looked_for_at_the_next_read(tmp_path: Path) -> None:
+    """The hook writes its slot before torch numbers the op: a dump taken in between lacks
+    the entry, and that costs the signature nothing."""
+    main, torch, mirror = _setup(tmp_path)
+    _begin(main, torch, "reduce_scatter_tensor")  # torch has not issued it yet
+    for _ in range(LEARN_TRIES + 1):
+        mirror.read()
+    torch.issue("all_reduce")
+    mirror.read()
+    assert _ops(main.base) == [(1, "all_reduce", "gloo:all_reduce", "reduce_scatter_tensor")]

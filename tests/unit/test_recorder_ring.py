@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -57,6 +58,13 @@ SEND = Signature(
     output_dtypes=[],
     is_p2p=True,
 )
+
+
+def _called(signature: Signature) -> Signature:
+    """``signature`` as the hooks' ring holds it: its op is the function called."""
+    return replace(signature, api=signature.op)
+
+
 FRAMES = [
     ("all_reduce", "/venv/lib/python3.11/site-packages/torch/distributed/c10d.py", 10),
     ("wrapper", "/venv/torch/distributed/c10d_logger.py", 83),
@@ -118,7 +126,8 @@ def test_write_then_read_back(tmp_path: Path) -> None:
     assert contents.pid == os.getpid() and contents.backend == "gloo"
     assert contents.host and contents.created_ns > 0
     assert contents.groups == {0: GROUP, 1: SUBGROUP}
-    assert contents.signatures == {0: ALL_REDUCE, 1: SEND}
+    # the hooks' ring keeps the function called as the api
+    assert contents.signatures == {0: _called(ALL_REDUCE), 1: _called(SEND)}
     assert contents.sites == {0: FRAMES}
     assert contents.errors == {1: ("boom" * 1000)[:2000]}
     assert contents.flushed == {"inc-1"}
@@ -262,6 +271,8 @@ def test_collective_keys_across_the_wrap(
             )
         writer.append(rows)
         found = writer.collective_keys(first, writer.next_record)
+        # the FR mirror's look for the signatures it still learns torch's ops of
+        by_signature = writer.signature_keys(first, writer.next_record, {reduce_sig})
     finally:
         writer.close()
     expected: dict[int, list[tuple[bool, int]]] = {}
@@ -271,6 +282,9 @@ def test_collective_keys_across_the_wrap(
     assert {g: sorted(keys) for g, keys in found.items()} == {
         g: sorted(keys) for g, keys in expected.items()
     }
+    assert sorted(by_signature) == sorted(
+        (g, seq, reduce_sig) for g, keys in expected.items() for p2p, seq in keys if not p2p
+    )
     if first <= 20:
         assert (False, 125) not in found[default] + found[sub]  # the slot still empty
         assert (True, 520) in found[default]  # a send: its own sequence number
@@ -387,7 +401,7 @@ def test_meta_cut_short_in_its_last_line_is_tolerated(tmp_path: Path) -> None:
     with meta.open("ab") as handle:
         handle.write(b'{"t":"site","i":0,"frames":[["f","/a.py",')
     contents = read_ring(writer.base)
-    assert contents.groups == {0: GROUP} and contents.signatures == {0: ALL_REDUCE}
+    assert contents.groups == {0: GROUP} and contents.signatures == {0: _called(ALL_REDUCE)}
     assert contents.sites == {}
 
 

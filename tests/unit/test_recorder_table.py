@@ -24,14 +24,16 @@ GROUPS = {
     7: GroupInfo(name="tp", desc="mesh_tp", ranks=(1, 3), backend="gloo", timeout_ms=0),
 }
 SIGNATURES = {
+    # a hooked call whose torch op was learned: NCCL runs it as _reduce_scatter_base
     0: Signature(
-        op="all_reduce",
+        op="_reduce_scatter_base",
         input_sizes=[[4, 8]],
-        output_sizes=[[4, 8]],
+        output_sizes=[[1, 8]],
         input_dtypes=["Float"],
         output_dtypes=["Float"],
         is_p2p=False,
         backend="nccl",
+        api="reduce_scatter_tensor",
     ),
     1: Signature(
         op="send",
@@ -41,6 +43,7 @@ SIGNATURES = {
         output_dtypes=[],
         is_p2p=True,
         backend="gloo",
+        api="send",
     ),
     # an older ring's signature: no backend of its own, its group's is used
     2: Signature(
@@ -99,6 +102,7 @@ def _expected(contents: RingContents, slot: tuple[int, ...], dump_time_ns: int) 
         is_p2p=signature.is_p2p,
         frames=frames or None,
         call_site=call_site(frames),
+        api=signature.api,
         dump_time_ns=dump_time_ns,
         source_file=str(contents.base) + ".ring",
         source_format="recorder",

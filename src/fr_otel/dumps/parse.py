@@ -825,6 +825,7 @@ def _build(
         "source_format": constant(source_format, pa.string()),
         "fr_version": constant(version, pa.string()),
         "comm_lib_version": constant(None if comm_lib is None else str(comm_lib), pa.string()),
+        "api": pa.nulls(n, pa.string()),  # a dump says what torch ran, not what was called
     }
     schema = RECORD_SCHEMA if members_column else _WITHOUT_MEMBERS
     if members_column and pa.types.is_dictionary(columns["pg_ranks"].type):

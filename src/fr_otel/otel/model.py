@@ -48,6 +48,9 @@ as ``PG_RANK_RANGES`` (text: ``0-9999``, ``3-9999/4``; ``fr_otel.otel.rankranges
 COLLECTIVE_SEQ_ID: Final = f"{NS}.collective_seq_id"
 P2P_SEQ_ID: Final = f"{NS}.p2p_seq_id"
 OP: Final = f"{NS}.op"
+API: Final = f"{NS}.api"
+"""The ``torch.distributed`` function called, where the recorder's hooks saw the call
+(``OP`` is torch's name for the op: the two differ for ``reduce_scatter_tensor`` on gloo)."""
 BACKEND: Final = f"{NS}.backend"
 PEER: Final = f"{NS}.peer"
 INPUT_SIZES: Final = f"{NS}.input_sizes"
@@ -89,6 +92,7 @@ SPAN_ATTRIBUTES: Final = (
     COLLECTIVE_SEQ_ID,
     P2P_SEQ_ID,
     OP,
+    API,
     BACKEND,
     PEER,
     INPUT_SIZES,

@@ -15,9 +15,10 @@ Rebuilt from the span: ``job`` (resource ``fr_otel.job``, else ``service.name``)
 ``input_dtypes``/``output_dtypes``, ``state``, ``time_created_ns`` (span start),
 ``time_completed_ns`` (span end when the span is not an error and ``state`` is
 ``completed``), ``dump_time_ns`` (span end when the span is an error, i.e. the work was not
-done), ``timeout_ms``, ``call_site`` (``file:line in function`` from ``code.*``) and, where
-the span status decides it, ``retired``: ``True`` for done work that is not ``completed``
-(gloo's completion signal), ``False`` for ``error.type`` ``not_completed``, else null.
+done), ``timeout_ms``, ``call_site`` (``file:line in function`` from ``code.*``),
+``api`` (where the span has it) and, where the span status decides it, ``retired``:
+``True`` for done work that is not ``completed`` (gloo's completion signal), ``False`` for
+``error.type`` ``not_completed``, else null.
 ``source_format`` is ``"otlp"``.
 
 Not carried by spans, so null: ``pg_id``, ``op_id``, ``profiling_name``,

@@ -107,6 +107,7 @@ SPAN_PLAN: Final = (
     SpanAttribute(key=model.RANK, column="rank", optional=False),
     SpanAttribute(key=model.PG_NAME, column="pg_name", optional=False),
     SpanAttribute(key=model.OP, column="op", optional=False),
+    SpanAttribute(key=model.API, column="api"),
     SpanAttribute(key=model.STATE, column="state", form="text"),
     SpanAttribute(key=model.RECORD_ID, column="record_id", optional=False, per_span=True),
     SpanAttribute(key=model.INCIDENT, column="incident", optional=False),

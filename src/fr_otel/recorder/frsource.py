@@ -12,7 +12,8 @@ called on the group object. The hooks number their records with torch's own ordi
 rank's own (``<ring dir>/job=J/run=R/_torch/rank-NNNNNN``, same slot format, written only by the
 watch thread), so everything downstream (the flush, continuous mode's spans, a peer or
 ``fr-otel run`` flushing the ring of a rank that died) reads one rank's whole record from
-its ring files.
+its ring files. It also learns torch's name for each op the hooks record (``_TorchOps``):
+the hooks see the function called, torch's FR the op that ran, and rows of both meet.
 
 Reading FR costs the training thread: torch's dump functions hold the GIL while they
 serialise the buffer (measured on 2 cores: 14-21 ms for a pickle dump of 2,000 entries,
@@ -267,6 +268,144 @@ def _sleep(seconds: float) -> bool:
     return True
 
 
+LEARN_TRIES = 3
+"""Reads that may look for a hooked signature's records in torch's FR without finding one
+before its torch op is given up (its rows keep the function called as their op): gloo's
+``monitored_barrier`` is recorded by no FR entry, nor is anything where torch's FR is off,
+and an entry may land just after the dump that should have held it."""
+LEARN_KEYS = 8
+"""Per signature still to learn, the newest of its hooked (group, seq) kept for the next
+read: one that torch's FR holds is enough."""
+
+
+@cache
+def _false() -> pa.Scalar:
+    import pyarrow as pa
+
+    return pa.scalar(False, pa.bool_())
+
+
+def _collective_names(entries: pa.StructArray, seqs: Iterable[int]) -> dict[tuple[str, int], str]:
+    """(group name, collective seq) -> profiling name of the collectives among ``entries``
+    whose seq is one of ``seqs`` (filtered as columns: the rest never become values)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = pa.array(sorted(set(seqs)), pa.int64())
+    p2p = pc.fill_null(entries.field("is_p2p"), _false())
+    seq = entries.field("collective_seq_id")
+    picked = entries.filter(pc.and_(pc.is_in(seq, value_set=wanted), pc.invert(p2p)))
+    return {
+        (str(name), int(number)): str(profiling_name)
+        for name, number, profiling_name in zip(
+            _first_items(picked.field("process_group")).to_pylist(),
+            picked.field("collective_seq_id").to_pylist(),
+            picked.field("profiling_name").to_pylist(),
+            strict=True,
+        )
+        if number is not None and profiling_name
+    }
+
+
+class _TorchOps:
+    """Learns torch's own name for each hook signature's op, from torch's FR entries of the
+    same (group, collective seq), and notes it in the hooks' ring
+    (``RingWriter.note_torch_op``): the hooks see the function called
+    (``reduce_scatter_tensor``), torch's FR the op that ran (``gloo:all_reduce``, gloo's
+    fallback; NCCL's ``_reduce_scatter_base``), and an archive mixes rows of both, which
+    the analyzer compares by op. A static table would be torch's and each backend's of one
+    version.
+
+    Its cost stops once every signature is settled (learned, point-to-point, or given up
+    after ``LEARN_TRIES`` reads): then a look is a comparison of two counts, and the
+    hooks' path never changes."""
+
+    def __init__(self, main: RingWriter) -> None:
+        self._main = main
+        self._classified = 0
+        """Signature indexes below it are settled or in ``_open``."""
+        self._open: dict[int, int] = {}
+        """Signature -> reads left to find one of its records in torch's FR."""
+        self._keys: dict[int, deque[tuple[int, int]]] = {}
+        """Signature -> the newest (group, seq) of its records no read has looked for."""
+        self._cursor = 0
+        """Main-ring records before it were looked at for ``_open`` signatures."""
+
+    def waiting(self) -> bool:
+        """Has the hooks' ring a record of a signature still to learn that no read has
+        looked for yet? (A reason to read torch's FR at the next allowed time.)"""
+        self._scan()
+        return bool(self._keys)
+
+    def _scan(self) -> None:
+        end = self._main.next_record  # first: every signature its records use is counted
+        count = self._main.signature_count()
+        while self._classified < count:
+            signature = self._main.signature(self._classified)
+            # a send or recv is not learned: torch's FR names it as the hooks do, when
+            # it records it at all (gloo's does not)
+            if signature is not None and not signature.is_p2p:
+                self._open[self._classified] = LEARN_TRIES
+            self._classified += 1
+        if self._open and end > self._cursor:
+            for group, seq, signature_index in self._main.signature_keys(
+                self._cursor, end, self._open
+            ):
+                keys = self._keys.get(signature_index)
+                if keys is None:
+                    keys = self._keys[signature_index] = deque(maxlen=LEARN_KEYS)
+                keys.append((group, seq))
+        self._cursor = end
+
+    def learn(self, dumps: Iterable[pa.StructArray], counters: dict[str, int]) -> None:
+        """After a read of torch's FR (``dumps``, taken once the groups had issued
+        ``counters``): note the torch op of each signature one of whose records the dump
+        holds. A signature whose records issued before the dump it lacks loses a try;
+        records issued since wait for the next read."""
+        self._scan()
+        if not self._keys:
+            return
+        names = self._main.group_names()
+        wanted: dict[tuple[str, int], int] = {}
+        for signature_index, keys in self._keys.items():
+            for group, seq in keys:
+                name = names.get(group)
+                if name is not None:
+                    wanted[(name, seq)] = signature_index
+        found: dict[tuple[str, int], str] = {}
+        for entries in dumps:
+            found.update(_collective_names(entries, (seq for _, seq in wanted)))
+        from fr_otel.dumps.parse import split_profiling_name
+
+        for key, signature_index in wanted.items():
+            profiling_name = found.get(key)
+            if profiling_name is None or signature_index not in self._open:
+                continue
+            backend, op, _ = split_profiling_name(profiling_name)
+            if op == "coalesced":  # NCCL's entry for a batch of ops, not this one's
+                continue
+            self._main.note_torch_op(signature_index, op, backend)
+            self._settle(signature_index)
+        for signature_index, keys in list(self._keys.items()):
+            # issued after the dump: the next read looks (a group gone since: never)
+            later = [(g, seq) for g, seq in keys if seq > counters.get(names.get(g, ""), seq)]
+            if len(later) == len(keys):
+                continue
+            tries = self._open[signature_index] - 1
+            if tries <= 0:
+                self._settle(signature_index)  # given up: the function called stays the op
+                continue
+            self._open[signature_index] = tries
+            if later:
+                self._keys[signature_index] = deque(later, maxlen=LEARN_KEYS)
+            else:
+                del self._keys[signature_index]
+
+    def _settle(self, signature_index: int) -> None:
+        self._open.pop(signature_index, None)
+        self._keys.pop(signature_index, None)
+
+
 class FrMirror:
     """Keeps the torch ring up to date with torch's FR. Called from the watch thread."""
 
@@ -306,6 +445,7 @@ class FrMirror:
         """Main-ring records before it are in ``_hooked``."""
         self._hooked: dict[str, set[tuple[bool, int]]] = {}
         """Group name -> (is p2p, seq) the hooks recorded, newest first kept."""
+        self._torch_ops = _TorchOps(main)
         self._read_upto: dict[str, int] = {}
         """Group name -> every collective up to this seq is in one of the two rings (the
         group's count at the last read, or later ones all hooked)."""
@@ -353,7 +493,12 @@ class FrMirror:
         overdue = self._overdue() is not None
         if now < self._read_at + self._interval() and not overdue:
             return None
-        if not overdue and not self._behind(counters or self._counters()):
+        if (
+            not overdue
+            and not self._behind(counters or self._counters())
+            # a signature's first records: torch's name for its op, within seconds
+            and not self._torch_ops.waiting()
+        ):
             return None
         return self.read()
 
@@ -457,6 +602,7 @@ class FrMirror:
             missed = self.stats.missed
             for source, entries in sources.items():
                 self._take(source, entries)
+            self._torch_ops.learn(sources.values(), counters)
             if self.stats.missed > missed:
                 self._note_gaps(counters, sources.values())
             self._read_upto.update(counters)

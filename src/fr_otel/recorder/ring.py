@@ -29,7 +29,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -111,6 +111,17 @@ class Signature:
     is_p2p: bool
     backend: str | None = None
     """The backend that ran it (a group can hold one per device: gloo on CPU, NCCL on GPU)."""
+    api: str | None = None
+    """The ``torch.distributed`` function the user called, as the hooks saw it; None for an
+    op only torch's Flight Recorder saw. ``op`` starts as this too, and becomes torch's
+    own name for the op once the FR mirror learns it (``RingWriter.note_torch_op``):
+    ``reduce_scatter_tensor`` runs as gloo's ``all_reduce``, and rows the recorder wrote
+    meet rows from torch's dumps in one archive, where ops are compared."""
+
+
+def _with_torch_op(signature: Signature, op: str, backend: str | None) -> Signature:
+    """``signature`` as torch's Flight Recorder names its op (``RingWriter.note_torch_op``)."""
+    return replace(signature, op=op, backend=backend or signature.backend)
 
 
 def _reserve(fd: int, size: int) -> None:
@@ -141,9 +152,13 @@ class RingWriter:
         job: str,
         backend: str | None,
         run_id: str | None = None,
+        hooks: bool = True,
     ) -> None:
         base.parent.mkdir(parents=True, exist_ok=True)
         self.base = base
+        self.hooks = hooks
+        """The hooks write its signatures (their op is the function called: ``api``); the
+        torch ring's are torch's own."""
         self.capacity = capacity
         self.rank = rank
         size = HEADER_SIZE + capacity * SLOT_SIZE
@@ -243,6 +258,8 @@ class RingWriter:
         return self._intern(self.groups, self._contents.groups, key, info, line)
 
     def intern_signature(self, key: Any, signature: Signature) -> int:
+        if self.hooks and signature.api is None:
+            signature = replace(signature, api=signature.op)
         line = {
             "t": "sig",
             "op": signature.op,
@@ -252,8 +269,27 @@ class RingWriter:
             "out_dt": signature.output_dtypes,
             "p2p": signature.is_p2p,
             "backend": signature.backend,
+            "api": signature.api,
         }
         return self._intern(self.signatures, self._contents.signatures, key, signature, line)
+
+    def signature_count(self) -> int:
+        """Signatures interned so far: indexes 0 to this, each before any slot refers to it."""
+        return len(self._contents.signatures)
+
+    def signature(self, index: int) -> Signature | None:
+        """Signature ``index`` as its rows now take it (None before it is interned)."""
+        return self._contents.signatures.get(index)
+
+    def note_torch_op(self, index: int, op: str, backend: str | None) -> None:
+        """Torch's Flight Recorder names signature ``index``'s op ``backend:op``: its rows
+        take that op from now on, and keep the function called as ``api``. Written by the
+        watch thread while the hooks write on (the meta file's appends are locked)."""
+        signature = self._contents.signatures.get(index)
+        if signature is None:
+            return
+        self._append({"t": "torch_op", "sig": index, "op": op, "backend": backend})
+        self._contents.signatures[index] = _with_torch_op(signature, op, backend)
 
     def group_names(self) -> dict[int, str]:
         """Group index -> the group's name, for every group interned so far."""
@@ -361,27 +397,37 @@ class RingWriter:
                 )
         return found
 
+    def _held(self, first_record: int, end: int) -> Iterator[Any]:
+        """Per contiguous run of records ``first_record`` to ``end``, the slots the ring still
+        holds: a numpy structured array (``slot_dtype``), or a list of slot tuples where
+        numpy is not installed."""
+        start = max(first_record, end - self.capacity, 0)
+        dtype = slot_dtype()
+        for _, count, offset in self._runs(start, end):
+            data = self.mapping[offset : offset + count * SLOT_SIZE]  # a copy: hooks write on
+            if dtype is None:
+                yield [s for s in SLOT.iter_unpack(data) if s[0] >= start and s[9] != EMPTY]
+                continue
+            import numpy as np
+
+            slots = np.frombuffer(data, dtype)
+            yield slots[(slots["record"] >= start) & (slots["state"] != EMPTY)]
+
     def collective_keys(self, first_record: int, end: int) -> dict[int, list[tuple[bool, int]]]:
         """Per group, (is p2p, seq) of the records ``first_record`` to ``end`` the ring still
         holds: the collective seq, or a point-to-point op's own. The watch asks a few times
         a second, over every record since its last look: the slots are decoded as arrays
         and each group's keys made in one pass in C (a Python loop over the slots cost the
         watch 2-3 µs a record: 0.2-0.4% of a tight all_reduce loop's CPU)."""
-        start = max(first_record, end - self.capacity, 0)
         found: dict[int, list[tuple[bool, int]]] = {}
-        dtype = slot_dtype()
-        for _, count, offset in self._runs(start, end):
-            data = self.mapping[offset : offset + count * SLOT_SIZE]  # a copy: hooks write on
-            if dtype is None:
-                for s in SLOT.iter_unpack(data):
-                    if s[0] >= start and s[9] != EMPTY:
-                        p2p = s[6] >= 0
-                        found.setdefault(s[1], []).append((p2p, s[3] if p2p else s[2]))
+        for held in self._held(first_record, end):
+            if isinstance(held, list):
+                for s in held:
+                    p2p = s[6] >= 0
+                    found.setdefault(s[1], []).append((p2p, s[3] if p2p else s[2]))
                 continue
             import numpy as np
 
-            slots = np.frombuffer(data, dtype)
-            held = slots[(slots["record"] >= start) & (slots["state"] != EMPTY)]
             p2p_ops = held["peer"] >= 0
             seqs = np.where(p2p_ops, held["p2p_seq"], held["seq"])
             groups = held["group"]
@@ -390,6 +436,30 @@ class RingWriter:
                 found.setdefault(group, []).extend(
                     zip(p2p_ops[mine].tolist(), seqs[mine].tolist(), strict=True)
                 )
+        return found
+
+    def signature_keys(
+        self, first_record: int, end: int, signatures: Collection[int]
+    ) -> list[tuple[int, int, int]]:
+        """(group, seq, signature) of the collectives among records ``first_record`` to
+        ``end`` the ring still holds whose signature is one of ``signatures`` (the FR
+        mirror's, while it learns their torch ops: decoded as arrays, as
+        ``collective_keys``)."""
+        found: list[tuple[int, int, int]] = []
+        for held in self._held(first_record, end):
+            if isinstance(held, list):
+                found += ((s[1], s[2], s[4]) for s in held if s[6] < 0 and s[4] in signatures)
+                continue
+            import numpy as np
+
+            wanted = np.fromiter(signatures, np.int32, len(signatures))
+            mine = held[(held["peer"] < 0) & np.isin(held["signature"], wanted)]
+            found += zip(
+                mine["group"].tolist(),
+                mine["seq"].tolist(),
+                mine["signature"].tolist(),
+                strict=True,
+            )
         return found
 
     def _runs(self, first_record: int, end: int) -> Iterator[tuple[int, int, int]]:
@@ -436,7 +506,8 @@ class RingWriter:
         )
 
     def sibling(self, base: Path) -> RingWriter:
-        """Another ring of this rank (the same capacity and identity) at ``base``."""
+        """Another ring of this rank (the same capacity and identity) at ``base``, whose
+        signatures are not the hooks' (the torch ring's)."""
         return RingWriter(
             base,
             capacity=self.capacity,
@@ -445,6 +516,7 @@ class RingWriter:
             job=self.job,
             backend=self.backend,
             run_id=self.run_id,
+            hooks=False,
         )
 
     def sync(self) -> None:
@@ -587,6 +659,12 @@ def _read_meta(path: Path, contents: RingContents) -> None:
                     output_dtypes=item["out_dt"],
                     is_p2p=item["p2p"],
                     backend=item.get("backend"),
+                    api=item.get("api"),
+                )
+            elif kind == "torch_op" and item.get("sig") in contents.signatures:
+                index = item["sig"]
+                contents.signatures[index] = _with_torch_op(
+                    contents.signatures[index], item["op"], item.get("backend")
                 )
             elif kind == "site":
                 contents.sites[item["i"]] = [tuple(f) for f in item["frames"]]

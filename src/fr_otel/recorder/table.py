@@ -223,6 +223,8 @@ def ring_table(
             "input_dtypes": [sg.input_dtypes for sg in signatures],
             "output_dtypes": [sg.output_dtypes for sg in signatures],
             "is_p2p": [sg.is_p2p for sg in signatures],
+            # the function called (the hooks'); ``op`` is torch's name for it once learned
+            "api": [sg.api for sg in signatures],
         }
         if own_backend:
             columns["profiling_name"] = [
@@ -328,5 +330,6 @@ def ring_table(
         "source_format": constant("recorder", "source_format"),
         "fr_version": constant(None, "fr_version"),
         "comm_lib_version": constant(None, "comm_lib_version"),
+        "api": per_signature["api"],
     }
     return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)
