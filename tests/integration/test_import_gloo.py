@@ -79,7 +79,8 @@ def test_demo_runs_a_real_job_under_the_recorder_and_names_the_culprit(
         if line.startswith("│") and "default_pg" in line
     }
     assert sorted(last) == ["0", "1", "2", "3"]
-    assert "all_gather_into_tensor" in last["1"]
+    # torch's name for the op (all_gather_into_tensor runs as gloo's all_gather)
+    assert "all_gather#" in last["1"], last
     assert all("all_reduce" in last[r] for r in ("0", "2", "3"))
     assert (tmp_path / "demo" / "spans.jsonl").stat().st_size > 0
 
