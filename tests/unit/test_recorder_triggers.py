@@ -362,3 +362,20 @@ def test_someone_elses_wakeup_fd_is_left_in_place() -> None:
     )
     assert child.returncode == 0, child.stderr
     assert child.stdout == "True True True\n"
+
+
+def test_the_wake_up_byte_of_stop_is_never_an_operator_s_trigger(tmp_path: Path) -> None:
+    """stop() sets the halt, then writes a byte into the FIFO to wake the thread; a look
+    that was already past its halt check reads that byte. Here the look comes exactly
+    then (the thread is not started): before, a healthy run got an operator incident."""
+    from fr_otel.recorder.triggers import Watch
+
+    watch = Watch(
+        running=list,
+        dump_file=None,
+        fifo=tmp_path / "rank-000000.trigger",
+        signal_name=None,
+        on_incident=print,
+    )
+    watch.stop()
+    assert watch._check() is None

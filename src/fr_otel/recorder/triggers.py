@@ -251,7 +251,9 @@ class Watch(threading.Thread):
             return "terminated"
         if self._signal is not None and self._signal.number in fired:
             return "signal"
-        if self._fifo is not None and self._fifo.fired():
+        # stop() sets the halt before its wake-up byte: a byte read once the halt is set
+        # may be that one, never an operator's (a healthy run got an operator incident)
+        if self._fifo is not None and self._fifo.fired() and not self._halt.is_set():
             return "operator"
         now = time.time_ns()
         for record, started, timeout_ns in self._running():
