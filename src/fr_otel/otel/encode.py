@@ -76,7 +76,8 @@ def row_to_span(row: dict[str, Any]) -> Span:
     attributes: list[KeyValue] = []
     append = attributes.append
     for attribute, column, attribute_key, plain, optional in _PLAN[is_p2p]:
-        value = row[column]
+        # a row written before an optional column existed (``api``) has no such key
+        value = row.get(column) if optional else row[column]
         if plain:  # SpanAttribute.pairs of a "value" attribute, inlined: most of them
             if value is not None or not optional:
                 append(key_value(attribute_key, value))
