@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from analyze_vs_fr_trace import _fr_blocks, _script  # noqa: E402
 from fr_otel.cli import main  # noqa: E402
 from fr_otel.dumps.safe_pickle import loads_plain  # noqa: E402
 from fr_otel.recorder.ring import read_ring, ring_bases  # noqa: E402
-from tests.jobs import torchrun  # noqa: E402
+from tests.jobs import environment, torchrun  # noqa: E402
 from tests.otlp_receiver import OtlpReceiver  # noqa: E402
 
 WORKLOADS = ROOT / "tests" / "workloads"
@@ -105,17 +104,9 @@ def one_run(family: str, mode: str, receiver: OtlpReceiver, folder: Path) -> dic
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
     }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         command = torchrun(WORKLOADS / f"{family}.py", WORLD.get(family, 3))
         code, log = _quiet_main(["run", "--job", family, "--archive", str(archive), "--", *command])
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     result: dict[str, object] = {"run": code == 0}
     if code != 0:
         result["why"] = log.splitlines()[-1:] if log else ["no output"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 from fr_otel.demo.recorded_job import free_port
@@ -27,6 +29,22 @@ def torchrun(script: Path, ranks: int) -> list[str]:
 
 STEERING = ("FR_OTEL_", "TORCH_FR_", "TORCH_NCCL_", "OTEL_", "ARROW_")
 """Variables of this process that would change what a child's recorder or torch does."""
+
+
+@contextlib.contextmanager
+def environment(variables: dict[str, str]) -> Iterator[None]:
+    """This process's environment with ``variables`` set, as it was again afterwards:
+    ``fr-otel run`` called in-process hands its environment to the job it starts."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def python_child(

@@ -22,7 +22,7 @@ import pytest
 from fr_otel.cli import main
 from fr_otel.demo.recorded_job import free_port
 from fr_otel.recorder.ring import RingContents, read_ring, ring_bases
-from tests.jobs import STEERING, torchrun
+from tests.jobs import STEERING, environment, torchrun
 
 pytestmark = pytest.mark.gloo
 
@@ -53,18 +53,10 @@ def test_collectives_torch_overwrote_between_reads_are_a_gap_not_a_skip(tmp_path
     script = tmp_path / "bursts.py"
     script.write_text(_BURSTS)
     archive = tmp_path / "archive"
-    saved = {k: os.environ.get(k) for k in ("TORCH_FR_BUFFER_SIZE", "OMP_NUM_THREADS")}
-    os.environ.update(TORCH_FR_BUFFER_SIZE="16", OMP_NUM_THREADS="1")
-    try:
+    with environment({"TORCH_FR_BUFFER_SIZE": "16", "OMP_NUM_THREADS": "1"}):
         code = main(
             ["run", "--job", "bursts", "--archive", str(archive), "--", *torchrun(script, 2)]
         )
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     assert code == 0
     rings = _rings(archive, "bursts")
     assert len(rings) == 2

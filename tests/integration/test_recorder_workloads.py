@@ -30,7 +30,7 @@ from fr_otel.cli import main
 from fr_otel.dumps.safe_pickle import loads_plain
 from fr_otel.otel import model
 from fr_otel.recorder.ring import RingContents, read_ring, ring_bases
-from tests.jobs import torchrun
+from tests.jobs import environment, torchrun
 from tests.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.gloo
@@ -94,10 +94,8 @@ def _run(
     if receiver is not None:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
         env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     log = tmp_path / "run.log"
-    try:
+    with environment(env):
         command = torchrun(WORKLOADS / f"{family}.py", WORLD.get(family, 3))
         with log.open("w") as out:
             stderr, sys.stderr = sys.stderr, out
@@ -105,12 +103,6 @@ def _run(
                 code = main(["run", "--job", family, "--archive", str(archive), "--", *command])
             finally:
                 sys.stderr = stderr
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return code, archive, dumps, log.read_text()
 
 

@@ -15,7 +15,6 @@ what its records say and in when it calls a collective overdue.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ import pytest
 from fr_otel.analysis import analyze
 from fr_otel.cli import main
 from fr_otel.recorder.ring import read_ring, ring_bases
-from tests.jobs import torchrun
+from tests.jobs import environment, torchrun
 
 pytestmark = pytest.mark.gloo
 
@@ -69,22 +68,13 @@ def _train(tmp_path: Path, assets: Path, steps: int, **env: str) -> tuple[int, P
         "WANDB_MODE": "disabled",
         **env,
     }
-    saved = {k: os.environ.get(k) for k in variables}
-    os.environ.update(variables)
     log = tmp_path / "run.log"
-    try:
-        with log.open("w") as out:
-            stderr, sys.stderr = sys.stderr, out
-            try:
-                code = main(["run", "--job", "titan", "--archive", str(archive), "--", *command])
-            finally:
-                sys.stderr = stderr
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with environment(variables), log.open("w") as out:
+        stderr, sys.stderr = sys.stderr, out
+        try:
+            code = main(["run", "--job", "titan", "--archive", str(archive), "--", *command])
+        finally:
+            sys.stderr = stderr
     return code, archive, log.read_text()
 
 
