@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,3 +71,14 @@ def one_rank_child(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(STEERING)}
     environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), **env)
     return python_child(code, environ)
+
+
+def fr_otel_run(archive: Path, job: str, command: list[str], **env: str) -> tuple[int, Path, float]:
+    """``fr-otel run --job JOB --archive ARCHIVE -- COMMAND`` in this process, with ``env``
+    set around it and one intra-op thread per rank; (exit code, archive, seconds)."""
+    from fr_otel.cli import main
+
+    began = time.monotonic()
+    with environment({"OMP_NUM_THREADS": "1", **env}):
+        code = main(["run", "--job", job, "--archive", str(archive), "--", *command])
+    return code, archive, time.monotonic() - began

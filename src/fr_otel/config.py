@@ -881,18 +881,39 @@ this host's rings while the job runs and names a desync's culprit in seconds
 
 FR_OTEL_LIVE_POLICY = "FR_OTEL_LIVE_POLICY"
 """What ``fr-otel run`` does once the live check has named a desync: ``report`` (default:
-say it, declare an incident so every rank flushes, let the job go on to its own timeout)
-or ``abort`` (the same, then end the job once the ranks have flushed, and exit 4)."""
+say it, declare an incident so every rank flushes, let the job go on to its own timeout),
+``abort`` (the same, then end the job once the ranks have flushed, and exit 4) or
+``snapshot`` (as ``report``, and every local rank's current Python stack goes into the
+verdict's record)."""
 
 FR_OTEL_LIVE_INTERVAL = "FR_OTEL_LIVE_INTERVAL"
 """Seconds between two looks of the live check at this host's rings. Default: 0.5."""
 
-LIVE_VARIABLES: tuple[str, ...] = (FR_OTEL_LIVE, FR_OTEL_LIVE_POLICY, FR_OTEL_LIVE_INTERVAL)
+FR_OTEL_LIVE_STALL_S = "FR_OTEL_LIVE_STALL_S"
+"""Seconds a group's members may wait in a collective that another running member has not
+issued before that member is named a stall suspect, with its current Python stack.
+Default: 30, or 5 times the job's observed step if that is longer. Lower finds a stuck
+rank sooner and names a merely slow one more often; a pause every rank shares is never a
+stall."""
+
+FR_OTEL_LIVE_STALL_INCIDENT = "FR_OTEL_LIVE_STALL_INCIDENT"
+"""``1``: a stall suspect also declares an incident at once (every rank flushes). Default
+``0``: a stall becomes an incident at the recorder's detection timeout, as without the
+live check."""
+
+LIVE_VARIABLES: tuple[str, ...] = (
+    FR_OTEL_LIVE,
+    FR_OTEL_LIVE_POLICY,
+    FR_OTEL_LIVE_INTERVAL,
+    FR_OTEL_LIVE_STALL_S,
+    FR_OTEL_LIVE_STALL_INCIDENT,
+)
 """Documented in docs/live-diagnosis.md's table too, which a test keeps in step with this."""
 ALL_VARIABLES = (*ALL_VARIABLES, *LIVE_VARIABLES)
 
-LIVE_POLICIES = ("report", "abort")
+LIVE_POLICIES = ("report", "abort", "snapshot")
 DEFAULT_LIVE_INTERVAL_S = 0.5
+DEFAULT_LIVE_STALL_S = 30.0
 """Twice a second: a look at 8 local rings costs the agent well under a millisecond when
 nothing is new, and a desync is then seen within half a second of its second collective."""
 
@@ -904,19 +925,29 @@ class LiveSettings:
     enabled: bool = True
     policy: str = "report"
     interval_s: float = DEFAULT_LIVE_INTERVAL_S
+    stall_s: float = DEFAULT_LIVE_STALL_S
+    stall_incident: bool = False
 
 
 def live_settings(environ: Mapping[str, str] | None = None) -> LiveSettings:
     """The live check's settings from the environment (a bad value warns and falls back)."""
     env = _env(environ)
-    switch = env.get(FR_OTEL_LIVE, "").strip().lower()
-    if switch and switch not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
-        logger.warning("ignoring %s=%r: expected 0 or 1", FR_OTEL_LIVE, switch)
-        switch = ""
     return LiveSettings(
-        enabled=switch not in ("0", "false", "no", "off"),
+        enabled=_live_switch(env, FR_OTEL_LIVE, default=True),
         policy=_env_choice(
             env, FR_OTEL_LIVE_POLICY, FR_OTEL_LIVE_POLICY, "policy", LIVE_POLICIES, "report"
         ),
         interval_s=_env_number(env, FR_OTEL_LIVE_INTERVAL, DEFAULT_LIVE_INTERVAL_S, float, 0.01),
+        stall_s=_env_number(env, FR_OTEL_LIVE_STALL_S, DEFAULT_LIVE_STALL_S, float, 0.1),
+        stall_incident=_live_switch(env, FR_OTEL_LIVE_STALL_INCIDENT, default=False),
     )
+
+
+def _live_switch(env: Mapping[str, str], variable: str, *, default: bool) -> bool:
+    switch = env.get(variable, "").strip().lower()
+    if switch and switch not in ("0", "1", "false", "true", "no", "yes", "off", "on"):
+        logger.warning("ignoring %s=%r: expected 0 or 1", variable, switch)
+        switch = ""
+    if not switch:
+        return default
+    return switch in ("1", "true", "yes", "on")

@@ -13,16 +13,14 @@ workload (``tests/workloads/data_shuffle.py``, ``FAULT=skip``).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fr_otel.analysis import analyze
-from fr_otel.cli import main
 from fr_otel.cli._errors import EXIT_LIVE_ABORTED
-from tests.jobs import torchrun
+from tests.jobs import fr_otel_run, torchrun
 
 pytestmark = pytest.mark.gloo
 
@@ -69,13 +67,7 @@ def _run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str, command: list[str], **env: str
 ) -> tuple[int, Path, float]:
     """``fr-otel run --job JOB -- COMMAND`` in this process; (exit code, archive, seconds)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    archive = tmp_path / "archive"
-    began = time.monotonic()
-    code = main(["run", "--job", job, "--archive", str(archive), "--", *command])
-    return code, archive, time.monotonic() - began
+    return fr_otel_run(tmp_path / "archive", job, command, **env)
 
 
 def _faulty_job(

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from fr_otel.recorder import triggers
-from fr_otel.recorder.triggers import Watch
+from fr_otel.recorder.stack_request import STACK_REQUEST, read_stack, request_stack, write_stack
+from fr_otel.recorder.triggers import Watch, trigger_path
 
 
 class _Incidents:
@@ -379,3 +380,31 @@ def test_the_wake_up_byte_of_stop_is_never_an_operator_s_trigger(tmp_path: Path)
     )
     watch.stop()
     assert watch._check() is None
+
+
+def test_the_live_checks_stack_request_writes_the_training_threads_stack_and_declares_nothing(
+    tmp_path: Path, start_watch: Callable[..., Watch]
+) -> None:
+    """The agent's ``STACK_REQUEST`` byte: the watch writes where the main thread is (here:
+    this test, waiting below) beside the ring, and declares no incident; any other bytes
+    still declare one."""
+    base = tmp_path / "rank-000003"
+    fifo = trigger_path(base)
+    incidents = _Incidents()
+    start_watch(fifo=fifo, on_incident=incidents, on_stack_request=lambda: write_stack(base, 3))
+    asked = time.time_ns()
+    assert request_stack(fifo)
+    deadline = time.monotonic() + 5
+    stack = None
+    while stack is None and time.monotonic() < deadline:
+        stack = read_stack(base, asked)  # the main thread is here while the watch writes
+        time.sleep(0.01)
+    assert stack is not None and stack.rank == 3 and stack.thread == "MainThread"
+    assert stack.where is not None and __file__ in stack.where, stack.frames[:3]
+    assert "the_live_checks_stack_request" in stack.where and not stack.in_collective
+    assert read_stack(base, time.time_ns()) is None  # older than what is asked for
+    time.sleep(0.3)
+    assert incidents.reasons == []
+    _poke(fifo, STACK_REQUEST + b"\n")  # not the request alone: an operator's write
+    assert incidents.wait_for(1) == ["operator"]
+    assert not request_stack(tmp_path / "no-such.trigger")

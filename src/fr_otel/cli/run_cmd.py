@@ -120,6 +120,7 @@ def _start_live_check(settings: config.RecorderSettings) -> LiveCheck | None:
         settings=settings,
         live=live,
         on_verdict=lambda verdict: say(verdict.line()),
+        on_suspect=lambda suspect: say(suspect.line()),
         on_notice=say,
         end_job=_end_job,
     )

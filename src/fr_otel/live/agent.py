@@ -9,6 +9,12 @@ the verdict: said at once (``on_verdict``), followed by an incident every rank f
 policy, the end of the job once the ranks have flushed. Later desyncs of the same job are
 usually the first one's consequences: the agent stops looking after it.
 
+Each look also finds stalls (``stall``): members of a group waiting in a collective that a
+running member has not issued, past a threshold. The laggard is asked for its training
+thread's stack through its trigger FIFO (``stack_request``), and the suspect is said with
+where that thread is (``on_suspect``) and recorded; it declares an incident only on
+request (``LiveSettings.stall_incident``).
+
 Nothing here touches a training process: the rings are files on this host's disk, read
 with ``pread`` and ``stat``; a rank's liveness is read from its pid, never from its ring's
 lock, which a rank taking its file over must find free. The agent's own failures are said
@@ -27,15 +33,22 @@ from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fr_otel.config import LiveSettings, RecorderSettings
 from fr_otel.live.compare import Board, Candidate
 from fr_otel.live.confirm import analyse_rings
 from fr_otel.live.declare import declare, wait_for_flush
 from fr_otel.live.heads import RankRings
-from fr_otel.live.verdict import Verdict, make_verdict, write_record
+from fr_otel.live.records import write_record
+from fr_otel.live.stall import Stall, StallWatch
+from fr_otel.live.suspect import KIND as STALL_KIND
+from fr_otel.live.suspect import StallSuspect, make_suspect
+from fr_otel.live.verdict import Verdict, make_verdict
 from fr_otel.recorder.incident_ids import new_incident_id
 from fr_otel.recorder.ring import run_ring_bases, run_ring_dir
+from fr_otel.recorder.stack_request import RankStack, read_stack, request_stack
+from fr_otel.recorder.triggers import trigger_path
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +74,20 @@ RESCAN_LOOKS = 20
 """The ring folder is listed again this often even when its mtime has not changed."""
 SPACING_FACTOR = 10
 """Once spaced out, a confirmation waits this many times the last one's cost."""
+STACK_WAIT_S = 5.0
+"""How long a rank has to write the stack the agent asked for: its watch reads the FIFO
+at once, unless it is in the middle of a read of torch's FR."""
 _HOST = socket.gethostname()
+
+
+@dataclass(kw_only=True)
+class _Asked:
+    """A stall whose laggards were asked for their stacks."""
+
+    stall: Stall
+    asked_ns: int
+    deadline: float
+    """Monotonic: when it is said with whatever stacks came."""
 
 
 @dataclass(kw_only=True)
@@ -84,14 +110,19 @@ class LiveCheck:
         on_verdict: Callable[[Verdict], None],
         on_notice: Callable[[str], None],
         end_job: Callable[[], None],
+        on_suspect: Callable[[StallSuspect], None] | None = None,
     ) -> None:
         self.settings = settings
         self.live = live
         self._on_verdict = on_verdict
+        self._on_suspect = on_suspect
         self._on_notice = on_notice
         self._end_job = end_job
         self._rings: dict[Path, RankRings] = {}
         self._board = Board()
+        self._stalls = StallWatch(live.stall_s)
+        self._asked: list[_Asked] = []
+        self.suspects: list[StallSuspect] = []
         self._pending: list[_Trial] = []
         self._cleared: set[object] = set()
         self._settled: deque[_Trial] = deque(maxlen=SETTLED_KEPT)
@@ -150,6 +181,9 @@ class LiveCheck:
                 )
         running = [rings.rank for rings in self._rings.values() if _running(rings)]
         self._pending += [_Trial(candidate=c) for c in self._board.add(heads, running)]
+        self._stalls.add(heads)
+        if not final:
+            self._look_for_stalls(running)
         self._confirm_pending(running, final)
 
     def _find_rings(self) -> None:
@@ -216,9 +250,80 @@ class LiveCheck:
         if len(self._cleared) >= CLEARED_BEFORE_SPACING:
             self._next_confirm = time.monotonic() + SPACING_FACTOR * snapshot.seconds
 
+    def _look_for_stalls(self, running: Collection[int]) -> None:
+        """Ask each new stall's laggards for their stacks; say the stalls whose stacks
+        came (or whose wait for them is over)."""
+        by_rank = {rings.rank: rings for rings in self._rings.values()}
+
+        def complete_as_of(rank: int) -> int:
+            rings = by_rank.get(rank)
+            return rings.complete_as_of() if rings is not None else 0
+
+        for stall in self._stalls.check(time.time_ns(), running, complete_as_of):
+            asked_ns = time.time_ns()
+            for rank in stall.laggards:
+                if rank in by_rank:
+                    request_stack(trigger_path(by_rank[rank].base))
+            self._asked.append(
+                _Asked(stall=stall, asked_ns=asked_ns, deadline=time.monotonic() + STACK_WAIT_S)
+            )
+        still = []
+        for asked in self._asked:
+            stacks = {
+                rank: stack
+                for rank in asked.stall.laggards
+                if rank in by_rank
+                and (stack := read_stack(by_rank[rank].base, asked.asked_ns)) is not None
+            }
+            if len(stacks) < len(asked.stall.laggards) and time.monotonic() < asked.deadline:
+                still.append(asked)
+                continue
+            self._suspect(asked.stall, stacks)
+        self._asked = still
+
+    def _suspect(self, stall: Stall, stacks: dict[int, RankStack]) -> None:
+        suspect = make_suspect(
+            stall=stall,
+            stacks=stacks,
+            suspect_id=new_incident_id(
+                "live", f"{STALL_KIND}-pg{stall.group}-{stall.seq}", self.settings.run_id
+            ),
+            job=self.settings.job,
+            run_id=self.settings.run_id,
+        )
+        if self._on_suspect is not None:
+            self._on_suspect(suspect)
+        if self.live.stall_incident:
+            declared = declare(self.settings, stall.since_ns, DECLARE_WAIT_S)
+            suspect = suspect.with_incident(declared.incident)
+        self.suspects.append(suspect)
+        path = write_record(self.settings.archive, suspect)
+        incident = f"; declared incident {suspect.incident}" if suspect.incident else ""
+        self._on_notice(f"live: the stall suspect's record: {path}{incident}")
+
+    def _stacks_of_running(self) -> dict[int, dict[str, Any]]:
+        """``snapshot`` policy: every local running rank's current stack."""
+        asked_ns = time.time_ns()
+        bases = {
+            rings.rank: rings.base
+            for rings in self._rings.values()
+            if _running(rings) and request_stack(trigger_path(rings.base))
+        }
+        found: dict[int, RankStack] = {}
+        deadline = time.monotonic() + STACK_WAIT_S
+        while len(found) < len(bases) and time.monotonic() < deadline:
+            for rank, base in bases.items():
+                if rank not in found and (stack := read_stack(base, asked_ns)) is not None:
+                    found[rank] = stack
+            time.sleep(0.05)
+        return {rank: stack.to_json() for rank, stack in sorted(found.items())}
+
     def _act(self, verdict: Verdict) -> None:
         self.verdict = verdict
         self._on_verdict(verdict)
+        if self.live.policy == "snapshot":
+            # before the flush: the stacks of the ranks as the verdict found them
+            verdict = verdict.with_stacks(self._stacks_of_running())
         declared = declare(self.settings, verdict.divergence_ns, DECLARE_WAIT_S)
         incident = declared.incident
         self.verdict = verdict = verdict.with_incident(incident)

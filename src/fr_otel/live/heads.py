@@ -23,6 +23,8 @@ from pathlib import Path
 
 from fr_otel.analysis.sqlfiles import VARIABLE_SIZE_OPS
 from fr_otel.recorder.ring import (
+    COMPLETE_AS_OF,
+    COMPLETE_AS_OF_OFFSET,
     HEADER_SIZE,
     META_SUFFIX,
     NEXT_RECORD,
@@ -59,6 +61,10 @@ class Head:
     created_ns: int
     members: tuple[int, ...] | None
     """The group's global ranks, as the rank's meta names them."""
+    group_desc: str | None = None
+    """The group's description (torch's ``group_desc``), as the rank's meta names it."""
+    mirrored: bool = False
+    """From the torch ring: in the rank's rings only since its last read of torch's FR."""
     group_key: str
     """The group's name and members as one string: one name can stand for several groups
     (a mesh's tp groups), and a string keeps its hash where a tuple of 1,024 members
@@ -129,6 +135,16 @@ class _Cursor:
                 if slot[0] == record and slot[9] != EMPTY
             )
         return found
+
+    def complete_as_of(self) -> int:
+        """The ring's ``COMPLETE_AS_OF`` (0: not known, or no ring yet)."""
+        if not self._open() or self._fd is None:
+            return 0
+        try:
+            data = os.pread(self._fd, COMPLETE_AS_OF.size, COMPLETE_AS_OF_OFFSET)
+        except OSError:
+            return 0
+        return int(COMPLETE_AS_OF.unpack(data)[0]) if len(data) == COMPLETE_AS_OF.size else 0
 
     def close(self) -> None:
         if self._fd is not None:
@@ -217,9 +233,17 @@ class RankRings:
                     created_ns=created_ns,
                     members=group.ranks,
                     group_key=self._group_key(group_index + offset, group),
+                    mirrored=offset != 0,
+                    group_desc=group.desc,
                 )
             )
         return heads
+
+    def complete_as_of(self) -> int:
+        """Until when every collective the rank issued is known to be in its rings (ns
+        since the epoch; 0: not known): what its mirror last wrote into the torch ring
+        (``ring.COMPLETE_AS_OF``)."""
+        return self._cursors[1].complete_as_of()
 
     def _fingerprint(self, index: int, signature: Signature) -> Hashable:
         known = self._fingerprints.get(index)

@@ -1,25 +1,18 @@
-"""The live verdict: what the agent says, and the JSON record it leaves in the archive.
-
-The record is ``ARCHIVE/_live/job=<job>/run=<run>/<id>.json`` (beside ``_rings`` and
-``_fr_dumps``, which are kept per job and run too); its fields are documented in
-docs/live-diagnosis.md, and ``to_dict`` is that contract.
+"""The live verdict on a desync: what the agent says, and its record in the archive
+(``records``); the record's fields are documented in docs/live-diagnosis.md, and
+``to_dict`` is that contract.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from fr_otel.analysis.findings import Finding, rank_list
 from fr_otel.live.compare import Candidate
-
-LIVE_DIR = "_live"
-RECORD_VERSION = 1
+from fr_otel.live.records import RECORD_VERSION
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +49,9 @@ class Verdict:
     incident: str | None = None
     """The incident the ranks flushed for it: declared by the agent, or the one the job
     declared itself since the divergence (None: no rank was left to flush)."""
+    stacks: dict[int, dict[str, Any]] | None = None
+    """``snapshot`` policy: every local running rank's stack when the verdict was made
+    (``stack_request.RankStack.to_json``), by rank."""
 
     @property
     def seconds(self) -> float:
@@ -78,6 +74,9 @@ class Verdict:
 
     def with_incident(self, incident: str | None) -> Verdict:
         return replace(self, incident=incident)
+
+    def with_stacks(self, stacks: dict[int, dict[str, Any]]) -> Verdict:
+        return replace(self, stacks=stacks)
 
 
 def make_verdict(
@@ -123,20 +122,3 @@ def _culprit_site(finding: Finding, candidate: Candidate) -> str | None:
             if head.rank == rank and head.site:
                 return head.site
     return None
-
-
-def record_path(archive: Path, verdict: Verdict) -> Path:
-    folder = archive / LIVE_DIR / f"job={verdict.job}"
-    if verdict.run_id:
-        folder = folder / f"run={verdict.run_id}"
-    return folder / f"{verdict.id}.json"
-
-
-def write_record(archive: Path, verdict: Verdict) -> Path:
-    """Write (or replace) the verdict's record; a reader never sees half of it."""
-    path = record_path(archive, verdict)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    partial.write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
-    os.replace(partial, path)
-    return path

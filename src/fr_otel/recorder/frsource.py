@@ -467,6 +467,9 @@ class FrMirror:
         self._names: dict[str, tuple[str | None, str]] = {}
         """FR profiling name -> (backend, op)."""
         self.shortest_timeout_ns = 0
+        self._behind_since_read = False
+        """A look since the last read found ops the hooks did not record: the rings are
+        not complete until the next read."""
 
     # --- when ------------------------------------------------------------------------------
 
@@ -477,6 +480,7 @@ class FrMirror:
         says whether to read then: the recorder's lets a flush read meanwhile, and says no
         once the recorder is closing."""
         now = time.monotonic()
+        looked_ns = time.time_ns()
         counters = self._counters() if self._complete else None
         if counters is not None:
             issued = sum(counters.values())
@@ -490,8 +494,10 @@ class FrMirror:
                             return None  # closing, or a flush read meanwhile: all is in
                     return self.read()
                 self._issued_at_read = issued  # the hooks recorded every one: nothing to read
+                self.ring.mark_complete(looked_ns)
         overdue = self._overdue() is not None
         if now < self._read_at + self._interval() and not overdue:
+            self._mark_if_hooked(counters, looked_ns)
             return None
         if (
             not overdue
@@ -499,8 +505,20 @@ class FrMirror:
             # a signature's first records: torch's name for its op, within seconds
             and not self._torch_ops.waiting()
         ):
+            self.ring.mark_complete(looked_ns)
             return None
         return self.read()
+
+    def _mark_if_hooked(self, counters: dict[str, int] | None, looked_ns: int) -> None:
+        """Between reads: the rings are complete as of this look when the hooks recorded
+        every collective since the last read (what a stalled rank's look finds, cheaply:
+        no dump of torch's FR)."""
+        if self._behind_since_read:
+            return  # once per read: ``_behind`` walks every op since the read
+        if self._behind(counters if counters is not None else self._counters()):
+            self._behind_since_read = True
+        else:
+            self.ring.mark_complete(looked_ns)
 
     def _behind(self, counters: dict[str, int]) -> bool:
         """Has some group issued a collective since the last read that no hook recorded?
@@ -592,6 +610,7 @@ class FrMirror:
         """Read torch's FR once and mirror what the rings lack. Returns ``"timeout"`` when
         an op is still running past its detection timeout."""
         started = time.thread_time()
+        read_ns = time.time_ns()
         try:
             counters = self._counters()  # before the dump: it holds all these
             self._issued_at_read = sum(counters.values())
@@ -607,6 +626,8 @@ class FrMirror:
                 self._note_gaps(counters, sources.values())
             self._read_upto.update(counters)
             self._prune()
+            self.ring.mark_complete(read_ns)
+            self._behind_since_read = False
         finally:
             # the whole pass, not only torch's dump: turning entries into records is
             # CPU this process spends too (CPU, not wall: a pass waiting for the GIL while

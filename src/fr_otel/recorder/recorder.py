@@ -173,6 +173,7 @@ class Recorder:
             on_incident=self.declare,
             tick=self._mirror_tick if self._mirror is not None else None,
             on_terminate=self._end_by_signal,
+            on_stack_request=lambda: self._write_stack(base),
         )
         self._watch.start()
         _chain_exception_hooks(self)
@@ -180,6 +181,16 @@ class Recorder:
         atexit.register(self.close)
         # pay for the flush path's imports now, not during an incident
         threading.Thread(target=_preload, name="fr_otel-preload", daemon=True).start()
+
+    def _write_stack(self, base: Path) -> None:
+        """The live check asked where the training thread is (``stack_request``)."""
+        from fr_otel.recorder.stack_request import write_stack
+
+        try:
+            write_stack(base, self.rank if self.rank is not None else -1)
+        except Exception as exc:  # the agent then says it has no stack; training goes on
+            self.stats.recorder_errors += 1
+            logger.warning("fr_otel: cannot write the stack the live check asked for: %r", exc)
 
     def group_created(self) -> None:
         """A process group was created (or ``install()`` found one): start recording."""

@@ -55,6 +55,13 @@ NEXT_RECORD = struct.Struct("<q")
 NEXT_RECORD_OFFSET: Final = 24
 """The header's next record id: the writer's counter lives in the mapping, where the
 compiled wrapper (``_fasthook``) advances it without a Python attribute."""
+COMPLETE_AS_OF = struct.Struct("<q")
+COMPLETE_AS_OF_OFFSET: Final = 32
+"""The torch ring's header: the time (ns since the epoch) by which every collective the
+rank issued is in its rings, as of the mirror's latest look at torch's counters (0: not
+known yet). A reader of a running rank's rings can then tell "not issued" from "not
+mirrored yet" (the live check's stalls); the hooks' ring needs none: a hook writes its
+slot at the call."""
 _STARTED_BYTE = bytes((STARTED,))
 
 RING_SUFFIX: Final = ".ring"
@@ -223,6 +230,12 @@ class RingWriter:
     @next_record.setter
     def next_record(self, value: int) -> None:
         NEXT_RECORD.pack_into(self.mapping, NEXT_RECORD_OFFSET, value)
+
+    def mark_complete(self, as_of_ns: int) -> None:
+        """``COMPLETE_AS_OF``: every collective the rank issued before ``as_of_ns`` is in
+        its rings."""
+        with contextlib.suppress(ValueError):  # closed at exit
+            COMPLETE_AS_OF.pack_into(self.mapping, COMPLETE_AS_OF_OFFSET, as_of_ns)
 
     def _append(self, item: dict[str, Any]) -> None:
         line = (json.dumps(item, separators=(",", ":")) + "\n").encode()

@@ -16,7 +16,9 @@
 * ``tick``, when given: the mirror of torch's Flight Recorder, which finds ops running
   past their timeout among the collectives the hooks never saw.
 
-All of them call ``on_incident(reason)``; none touches the training thread.
+All of them call ``on_incident(reason)``; none touches the training thread. One more
+thing comes through the FIFO: the live check's ``stack_request.STACK_REQUEST``, which asks
+for the training thread's stack (``on_stack_request``) and declares nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
+
+from fr_otel.recorder.stack_request import is_stack_request
 
 logger = logging.getLogger(__name__)
 
@@ -144,13 +148,14 @@ class _Fifo:
         except OSError as exc:
             logger.info("fr_otel: no trigger FIFO at %s: %s", path, exc)
 
-    def fired(self) -> bool:
+    def read(self) -> bytes:
+        """What was written since the last read (empty: nothing)."""
         if self.fd is None:
-            return False
+            return b""
         try:
-            return bool(os.read(self.fd, 4096))
+            return os.read(self.fd, 4096)
         except BlockingIOError:
-            return False
+            return b""
 
     def remove(self) -> None:
         """Take the FIFO's name away (its open ends stay usable). Once only: a recorder
@@ -189,8 +194,10 @@ class Watch(threading.Thread):
         on_incident: Callable[[str], Any],
         tick: Callable[[], str | None] | None = None,
         on_terminate: Callable[[int], Any] | None = None,
+        on_stack_request: Callable[[], Any] | None = None,
     ) -> None:
         super().__init__(name="fr_otel-watch", daemon=True)
+        self._on_stack_request = on_stack_request
         self._tick = tick
         self._on_terminate = on_terminate
         self._running = running
@@ -253,8 +260,12 @@ class Watch(threading.Thread):
             return "signal"
         # stop() sets the halt before its wake-up byte: a byte read once the halt is set
         # may be that one, never an operator's (a healthy run got an operator incident)
-        if self._fifo is not None and self._fifo.fired() and not self._halt.is_set():
-            return "operator"
+        written = self._fifo.read() if self._fifo is not None else b""
+        if written and not self._halt.is_set():
+            if not is_stack_request(written):
+                return "operator"
+            if self._on_stack_request is not None:
+                self._on_stack_request()  # the live check asks where the rank is
         now = time.time_ns()
         for record, started, timeout_ns in self._running():
             if timeout_ns and now - started > timeout_ns and record not in self.timeouts_seen:
