@@ -71,11 +71,15 @@ def _run(
 
 
 def _faulty_job(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, policy: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+    policy: str,
+    timeout_s: int = PG_TIMEOUT_S,
 ) -> tuple[int, Path, float, int]:
     """The small training job with ``fault``; (exit code, archive, seconds, fault ns)."""
     script = tmp_path / "train.py"
-    script.write_text(_TRAIN.format(timeout=PG_TIMEOUT_S))
+    script.write_text(_TRAIN.format(timeout=timeout_s))
     mark = tmp_path / "fault"
     code, archive, took = _run(
         tmp_path,
@@ -126,6 +130,25 @@ def test_a_reordering_is_named_while_the_job_hangs_and_abort_ends_it(
     assert (record["known_ns"] - fault_ns) / 1e9 < GOAL_S, record
     assert record["incident"].endswith("-operator"), record  # declared by the live check
     _offline_agrees(archive, "live", record)
+
+
+def test_the_snapshot_policy_puts_every_ranks_stack_into_the_verdicts_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reordering again, with ``snapshot``: the record holds where each rank's training
+    thread was at the verdict: every one waiting in torch.distributed, rank 1 in its
+    all_gather (``parameters``), its peers in their all_reduce (``gradients``)."""
+    code, archive, _, _ = _faulty_job(tmp_path, monkeypatch, "reorder", "snapshot", timeout_s=12)
+    record = _verdict(archive, "live", capsys.readouterr().err)
+    assert code not in (0, EXIT_LIVE_ABORTED)  # the job went on to its timeout
+    assert record["culprit_ranks"] == [1] and record["policy"] == "snapshot", record
+    stacks = record["stacks"]
+    assert sorted(stacks) == ["0", "1", "2"], record
+    for rank, stack in stacks.items():
+        assert stack["in_collective"] is True, stack
+        function = "parameters" if rank == "1" else "gradients"
+        assert stack["where"].endswith(f" in {function}"), stack["where"]
+        assert "train.py" in stack["where"], stack["where"]
 
 
 def test_a_size_mismatch_is_named_from_the_ring_of_the_rank_gloo_aborted(
@@ -188,6 +211,8 @@ def test_a_healthy_workload_gets_no_verdict(
         torchrun(WORKLOADS / f"{family}.py", HEALTHY[family]),
         FAULT="none",
         STEPS="12",
+        # stalls too: lower than the default, as low as a healthy lockstep job allows
+        FR_OTEL_LIVE_STALL_S="8",
     )
     err = capsys.readouterr().err
     assert code == 0, err[-3000:]
