@@ -1,4 +1,5 @@
-"""A real OTLP trace receiver for tests: gRPC (grpcio) or HTTP (stdlib), on loopback.
+"""A real OTLP receiver for tests: gRPC (grpcio) or HTTP (stdlib), on loopback; traces,
+and logs (``LogsService`` / ``/v1/logs``: the live check's log records).
 
 It decodes every request with the official ``opentelemetry-proto`` classes, records what
 arrived (request, sizes, headers) and can be told to misbehave the way Collectors do:
@@ -33,14 +34,20 @@ from typing import Any, NamedTuple
 import grpc
 from google.protobuf.any_pb2 import Any as AnyMessage
 from google.protobuf.duration_pb2 import Duration
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 KINDS = ("unavailable", "throttle", "invalid")
 
 
@@ -96,6 +103,8 @@ class Received:
     answer: str
     """``ok``, or the failure sent back (``413``, ``RESOURCE_EXHAUSTED``, ...)."""
     request: ExportTraceServiceRequest | None = None
+    logs: ExportLogsServiceRequest | None = None
+    """A logs request's message (``request`` is then None)."""
 
 
 def _any_value(value: AnyValue) -> Any:
@@ -221,6 +230,26 @@ class OtlpReceiver:
             time.sleep(0.02)
         return spans
 
+    def log_records(self) -> list[tuple[dict[str, Any], LogRecord]]:
+        """(resource attributes, log record) for every log record accepted."""
+        with self._lock:
+            requests = [r.logs for r in self.received if r.answer == "ok" and r.logs]
+        out: list[tuple[dict[str, Any], LogRecord]] = []
+        for request in requests:
+            for resource_logs in request.resource_logs:
+                attributes = {a.key: _any_value(a.value) for a in resource_logs.resource.attributes}
+                for scope in resource_logs.scope_logs:
+                    out.extend((attributes, record) for record in scope.log_records)
+        return out
+
+    def wait_for_logs(
+        self, count: int, timeout_s: float = 5.0
+    ) -> list[tuple[dict[str, Any], LogRecord]]:
+        end = time.monotonic() + timeout_s
+        while len(records := self.log_records()) < count and time.monotonic() < end:
+            time.sleep(0.02)
+        return records
+
     # --- shared decision -------------------------------------------------------------
 
     def _decide(self, decoded_bytes: int) -> tuple[str, float | None]:
@@ -254,8 +283,19 @@ class OtlpReceiver:
             ),
             response_serializer=ExportTraceServiceResponse.SerializeToString,
         )
+        logs_handler = grpc.unary_unary_rpc_method_handler(
+            self._grpc_export,
+            request_deserializer=lambda data: (
+                len(data),
+                ExportLogsServiceRequest.FromString(data),
+            ),
+            response_serializer=ExportLogsServiceResponse.SerializeToString,
+        )
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
+            (
+                grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),
+                grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": logs_handler}),
+            )
         )
         address = f"127.0.0.1:{self.port}"
         if self.tls:
@@ -271,9 +311,13 @@ class OtlpReceiver:
         self._grpc_server = server
 
     def _grpc_export(
-        self, payload: tuple[int, ExportTraceServiceRequest], context: grpc.ServicerContext
-    ) -> ExportTraceServiceResponse:
-        size, request = payload
+        self,
+        payload: tuple[int, ExportTraceServiceRequest | ExportLogsServiceRequest],
+        context: grpc.ServicerContext,
+    ) -> ExportTraceServiceResponse | ExportLogsServiceResponse:
+        size, message = payload
+        logs = message if isinstance(message, ExportLogsServiceRequest) else None
+        request = message if isinstance(message, ExportTraceServiceRequest) else None
         headers = {key: value for key, value in context.invocation_metadata()}
         verdict, retry_after = self._decide(size)
         codes = {
@@ -283,10 +327,10 @@ class OtlpReceiver:
             "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,
         }
         if verdict == "ok":
-            self._record(Received(size, size, headers, "ok", request))
-            return ExportTraceServiceResponse()
+            self._record(Received(size, size, headers, "ok", request, logs))
+            return ExportTraceServiceResponse() if logs is None else ExportLogsServiceResponse()
         code = codes[verdict]
-        self._record(Received(size, size, headers, code.name, request))
+        self._record(Received(size, size, headers, code.name, request, logs))
         if verdict == "too_large":
             message = f"grpc: received message larger than max ({size} vs. {self.reject_above})"
         else:
@@ -335,15 +379,20 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                if self.path != "/v1/traces":
+                if self.path not in ("/v1/traces", "/v1/logs"):
                     self._answer(404, rpc_status(5, f"no such path {self.path}"))
                     return
                 body = gzip.decompress(raw) if headers.get("content-encoding") == "gzip" else raw
                 verdict, retry_after = receiver._decide(len(body))
+                request: ExportTraceServiceRequest | None = None
+                logs: ExportLogsServiceRequest | None = None
                 try:
-                    request = ExportTraceServiceRequest.FromString(body)
+                    if self.path == "/v1/logs":
+                        logs = ExportLogsServiceRequest.FromString(body)
+                    else:
+                        request = ExportTraceServiceRequest.FromString(body)
                 except Exception:  # a test receiver reports anything it cannot read
-                    verdict, request = "invalid", None
+                    verdict = "invalid"
                 status = {
                     "ok": 200,
                     "unavailable": 503,
@@ -358,6 +407,7 @@ class OtlpReceiver:
                         headers,
                         "ok" if status == 200 else str(status),
                         request,
+                        logs,
                     )
                 )
                 if status == 200:

@@ -41,6 +41,7 @@ from fr_otel.live.confirm import analyse_rings
 from fr_otel.live.declare import declare, wait_for_flush
 from fr_otel.live.heads import RankRings
 from fr_otel.live.records import write_record
+from fr_otel.live.send import send_in_background
 from fr_otel.live.stall import Stall, StallWatch
 from fr_otel.live.suspect import KIND as STALL_KIND
 from fr_otel.live.suspect import StallSuspect, make_suspect
@@ -298,6 +299,7 @@ class LiveCheck:
             suspect = suspect.with_incident(declared.incident)
         self.suspects.append(suspect)
         path = write_record(self.settings.archive, suspect)
+        send_in_background(suspect, self.settings.otlp, self._say_once)
         incident = f"; declared incident {suspect.incident}" if suspect.incident else ""
         self._on_notice(f"live: the stall suspect's record: {path}{incident}")
 
@@ -328,6 +330,7 @@ class LiveCheck:
         incident = declared.incident
         self.verdict = verdict = verdict.with_incident(incident)
         path = write_record(self.settings.archive, verdict)
+        send_in_background(verdict, self.settings.otlp, self._say_once)
         if incident is None:
             self._on_notice(f"live: no rank is left to flush for it; its record: {path}")
             return

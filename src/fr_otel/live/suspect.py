@@ -53,6 +53,9 @@ class StallSuspect:
     """The laggards' stacks, by rank (``RankStack.to_json``)."""
     incident: str | None = None
     """The incident declared for it (``FR_OTEL_LIVE_STALL_INCIDENT``), else None."""
+    group_ranks: list[int] | None = None
+    """The group's global ranks (None: unknown): with its name they identify the group, and
+    the trace of its collective (``fr_otel.otel.live``)."""
 
     @property
     def seconds(self) -> float:
@@ -108,4 +111,5 @@ def make_suspect(
         run_id=run_id,
         host=socket.gethostname(),
         stacks={rank: stack.to_json() for rank, stack in sorted(stacks.items())},
+        group_ranks=list(stall.members) if stall.members is not None else None,
     )

@@ -52,6 +52,9 @@ class Verdict:
     stacks: dict[int, dict[str, Any]] | None = None
     """``snapshot`` policy: every local running rank's stack when the verdict was made
     (``stack_request.RankStack.to_json``), by rank."""
+    group_ranks: list[int] | None = None
+    """The group's global ranks (None: unknown): with its name they identify the group, and
+    the trace of its collective (``fr_otel.otel.live``)."""
 
     @property
     def seconds(self) -> float:
@@ -108,6 +111,7 @@ def make_verdict(
         run_id=run_id,
         host=socket.gethostname(),
         policy=policy,
+        group_ranks=list(finding.group.ranks) if finding.group.ranks is not None else None,
     )
 
 

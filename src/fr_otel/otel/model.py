@@ -71,6 +71,27 @@ FINDING_INDEX: Final = f"{NS}.finding.index"
 FINDING_CONSEQUENCE_OF: Final = f"{NS}.finding.consequence_of"
 ANALYZER_INSTANCE: Final = "analyzer"
 
+# The live check's verdict (a desync) or stall suspect, as a span carrying an event in the
+# trace of the collective it is about, and as a log record pointing at that span. The
+# culprit and the kind keep the analyzer's names: one query finds both.
+LIVE_VERDICT_SPAN_NAME: Final = f"{NS}.live.verdict"
+LIVE_STALL_SPAN_NAME: Final = f"{NS}.live.stall"
+LIVE_DESYNC_EVENT: Final = f"{NS}.live.desync"
+LIVE_STALL_EVENT: Final = f"{NS}.live.stall"
+LIVE_ID: Final = f"{NS}.live.id"
+"""The record's id in the archive (``ARCHIVE/_live``)."""
+LIVE_CALL_SITE: Final = f"{NS}.live.call_site"
+"""Desync: where the first culprit issued its collective; stall: where the first laggard's
+training thread is (``file:line in function``)."""
+LIVE_SECONDS: Final = f"{NS}.live.seconds"
+"""From the divergence (stall: the first waiting member's collective) to the finding."""
+LIVE_WAITING_RANKS: Final = f"{NS}.live.waiting_ranks"
+LIVE_WAITED_S: Final = f"{NS}.live.waited_s"
+LIVE_INSTANCE: Final = "live"
+"""``service.instance.id`` of the live check's spans and logs: ``<job>/live/<host>``."""
+LIVE_RANK: Final = -2
+"""The rank in the live check's span ids: ranks' are >= 0, the analyzer's -1."""
+
 # Semantic conventions for the call site and errors.
 CODE_FUNCTION: Final = "code.function.name"
 CODE_FILE: Final = "code.file.path"
@@ -114,6 +135,11 @@ SPAN_ATTRIBUTES: Final = (
     FINDING_ROOT_CAUSE,
     FINDING_INDEX,
     FINDING_CONSEQUENCE_OF,
+    LIVE_ID,
+    LIVE_CALL_SITE,
+    LIVE_SECONDS,
+    LIVE_WAITING_RANKS,
+    LIVE_WAITED_S,
 )
 """Every span attribute fr_otel may set (a test checks that docs/span-model.md names each)."""
 

@@ -55,6 +55,9 @@ from fr_otel.otel.repeats import RepeatedWarnings, warn
 logger = logging.getLogger(__name__)
 
 GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+GRPC_LOGS_METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+"""For a logs request (``GrpcExporter(method=...)``): its answer reads as a trace answer,
+the partial success's fields have the same numbers and types."""
 GRPC_DEFAULT_PORT = 4317
 USER_AGENT = f"fr-otel/{__version__}"
 
@@ -569,7 +572,8 @@ _DEFAULTS = ExporterOptions()
 
 
 class GrpcExporter:
-    """OTLP/gRPC: ``TraceService/Export`` over one channel, without generated stubs."""
+    """OTLP/gRPC: ``TraceService/Export`` (or ``method``) over one channel, without
+    generated stubs."""
 
     def __init__(
         self,
@@ -577,6 +581,7 @@ class GrpcExporter:
         *,
         insecure: bool = False,
         options: ExporterOptions = _DEFAULTS,
+        method: str = GRPC_METHOD,
     ) -> None:
         import grpc  # only the gRPC exporter needs grpcio
 
@@ -612,7 +617,7 @@ class GrpcExporter:
                 self.target, options=channel_options, compression=channel_compression
             )
         self._call = self._channel.unary_unary(
-            GRPC_METHOD,
+            method,
             request_serializer=as_bytes,
             response_deserializer=ExportTraceServiceResponse.FromString,
         )
