@@ -66,9 +66,11 @@ def test_long_rank_lists_are_cut_and_the_json_keeps_its_fields(
     args = ["simulate", str(out), "--world", "64", "--entries", "300", "--fault", "network"]
     assert main(args) == 0
     capsys.readouterr()
-    # the JSON is Analysis.to_dict, with the fields docs/analysis.md describes
+    # the JSON is Analysis.to_dict and the live check's record (none here), with the
+    # fields docs/analysis.md describes
     assert main(["analyze", str(out), "--format", "json", "-o", str(tmp_path / "v.json")]) == 1
     verdict = json.loads((tmp_path / "v.json").read_text())
+    assert verdict.pop("live") is None
     assert verdict == json.loads(json.dumps(analyze(out).to_dict(), default=str))
     assert set(verdict) == {
         *("job", "incident", "world_size", "ranks", "missing_dumps", "findings"),

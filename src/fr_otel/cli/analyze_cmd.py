@@ -23,6 +23,7 @@ from fr_otel.report.words import where as _where
 
 if TYPE_CHECKING:
     from fr_otel.analysis import Analysis, Finding
+    from fr_otel.cli._live import Shown
 
 TEXT_RANKS = 32
 """Ranks a text finding lists by number (the JSON lists them all)."""
@@ -61,9 +62,12 @@ def _tag(analysis: Analysis, index: int) -> str:
     return "independent"
 
 
-def render_text(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> None:
-    """Root cause first, in a few lines; then every finding, each cause followed by the
-    findings it explains, indented under it."""
+def render_text(
+    analysis: Analysis, out: TextIO, *, verbose: bool = False, live: Shown | None = None
+) -> None:
+    """Root cause first, in a few lines, with what the live check named while the job ran
+    (``live``) and whether the analysis agrees; then every finding, each cause followed by
+    the findings it explains, indented under it."""
     dumped = f"{len(analysis.ranks)} rank dumps"
     if analysis.world_size:
         dumped += f" of {analysis.world_size}"
@@ -74,6 +78,7 @@ def render_text(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> No
         header += f"; no dump from ranks {shown}{more} (unknown, never blamed)"
     if analysis.healthy:
         out.write(f"No problems found. {header}\n")
+        _live_lines(analysis, live, out)
         return
     if analysis.root_cause is None:
         # only performance findings: the job is slow, not stuck, and nothing is a root cause
@@ -85,6 +90,7 @@ def render_text(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> No
     where = _where(root)
     if where:
         out.write(f"  {where}\n")
+    _live_lines(analysis, live, out)
     consequences = sum(1 for f in analysis.findings if f.consequence_of is not None)
     out.write(
         f"\n{header}; {len(analysis.findings)} finding(s), {consequences} of them consequences"
@@ -103,8 +109,19 @@ def render_text(analysis: Analysis, out: TextIO, *, verbose: bool = False) -> No
             _stacks(finding, out, indent)
 
 
-def render_json(analysis: Analysis, out: TextIO) -> None:
-    json.dump(analysis.to_dict(), out, indent=2, default=str)
+def _live_lines(analysis: Analysis, live: Shown | None, out: TextIO) -> None:
+    from fr_otel.cli._live import agreement_words, named_words
+
+    if live is not None:
+        out.write(f"  {named_words(live)}\n  {agreement_words(live, analysis)}\n")
+
+
+def render_json(analysis: Analysis, out: TextIO, *, live: Shown | None = None) -> None:
+    """``Analysis.to_dict``, and ``live``: the record of the live check that named this
+    incident while the job ran, with whether the analysis ``agrees`` (null: none)."""
+    from fr_otel.cli._live import as_json
+
+    json.dump({**analysis.to_dict(), "live": as_json(live, analysis)}, out, indent=2, default=str)
     out.write("\n")
 
 
@@ -182,17 +199,18 @@ def analyze_(
             return _html(path, job, incident, output, columns, max_ranks, trace_url)
         analysis = _analysed(path, job, incident, stack)
         _report_problems(analysis)
+        live = _live(path, analysis.job, analysis.incident, rings is True)
         if output is not None:
             with output.open("w") as handle:
                 (
-                    render_json(analysis, handle)
+                    render_json(analysis, handle, live=live)
                     if fmt == "json"
-                    else render_text(analysis, handle, verbose=stacks)
+                    else render_text(analysis, handle, verbose=stacks, live=live)
                 )
         elif fmt == "json":
-            render_json(analysis, sys.stdout)
+            render_json(analysis, sys.stdout, live=live)
         else:
-            render_text(analysis, sys.stdout, verbose=stacks)
+            render_text(analysis, sys.stdout, verbose=stacks, live=live)
         sys.stdout.flush()  # the verdict is out before the analysis is closed
         leave_to_exit(stack)  # and the exit need not wait for its closing either
         return EXIT_OK if analysis.healthy else EXIT_FINDINGS
@@ -215,6 +233,18 @@ def _analysed(
         return analysis
 
     return reading_damaged_files(attempt)
+
+
+def _live(path: Path, job: str, incident: str, as_given: bool) -> Shown | None:
+    """The live check's record that names this incident, when ``path`` is an archive (its
+    ``_live`` folder); a temporary archive of rings or dumps has none."""
+    from fr_otel.analysis.source import is_archive
+    from fr_otel.cli._live import live_records, naming
+
+    if not as_given or not is_archive(path):
+        return None
+    named = naming(live_records(path, job), job, incident)
+    return named[0] if named else None
 
 
 def _rings_as_archive(
@@ -275,6 +305,7 @@ def _html(
     trace_url: str | None,
 ) -> int:
     from fr_otel.analysis.source import reading_damaged_files
+    from fr_otel.cli._live import agreement_words, named_words
     from fr_otel.config import trace_url as configured_trace_url
     from fr_otel.report.build import build_report
     from fr_otel.report.html import render_html
@@ -292,7 +323,9 @@ def _html(
         )
     )
     _report_problems(report.analysis)
-    page = render_html(report, trace_url=template)
+    live = _live(path, report.analysis.job, report.analysis.incident, True)
+    said = [] if live is None else [named_words(live), agreement_words(live, report.analysis)]
+    page = render_html(report, trace_url=template, said=said)
     if output is None:
         sys.stdout.write(page)
     else:

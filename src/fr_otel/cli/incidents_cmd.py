@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
+from fr_otel.cli._live import Shown, live_records, naming
 from fr_otel.errors import ArchiveError
 
 
@@ -22,8 +23,11 @@ from fr_otel.errors import ArchiveError
 def incidents(archive: Path, job: str | None, run_analysis: bool) -> int:
     """List the incidents of ARCHIVE: job, incident, ranks and missing ranks, time span.
 
-    With --analyze, each line ends with the incident's root finding. Pass the job and
-    incident to `fr-otel analyze ARCHIVE --job J --incident I`.
+    With --analyze, each line ends with the incident's root finding. Under an incident
+    that the live check of `fr-otel run` named while the job ran, its line; then, per
+    job, the live check's records that name no incident here (stall suspects, a verdict
+    whose ranks had all ended). Pass the job and incident to `fr-otel analyze ARCHIVE
+    --job J --incident I`.
     """
     from fr_otel.analysis.source import is_archive, summarize_incidents
     from fr_otel.archive.manifest import describe_ranks, describe_span
@@ -36,6 +40,7 @@ def incidents(archive: Path, job: str | None, run_analysis: bool) -> int:
     for summary in summaries:
         for problem in summary.problems:
             click.echo(f"fr-otel: {problem} (its rank counts as without a dump)", err=True)
+    live = live_records(archive, job)
     for summary in summaries:
         parts = [f"job={summary.job} incident={summary.incident}"]
         if summary.writer is not None:
@@ -53,7 +58,23 @@ def incidents(archive: Path, job: str | None, run_analysis: bool) -> int:
         if run_analysis:
             parts.append(_root(archive, summary.job, summary.incident, summary.writer is not None))
         click.echo("  ".join(parts))
+        for named in naming(live, summary.job, summary.incident):
+            click.echo(f"  the live check named it while the job ran: {named.line}")
+    _unnamed(live, {(s.job, s.incident) for s in summaries})
     return EXIT_OK if summaries else EXIT_BAD_INPUT
+
+
+def _unnamed(live: list[Shown], incidents: set[tuple[str, str]]) -> None:
+    """The records that name no incident of the archive, per job, with where each is."""
+    jobs: dict[str, list[Shown]] = {}
+    for shown in live:
+        if (shown.job, shown.incident) not in incidents:
+            jobs.setdefault(shown.job or "?", []).append(shown)
+    for job, records in sorted(jobs.items()):
+        click.echo(f"\njob={job}: the live check's records that name no incident here:")
+        for shown in records:
+            missing = f" (names incident {shown.incident}, not here)" if shown.incident else ""
+            click.echo(f"  {shown.line}{missing} (record: {shown.record.path})")
 
 
 def _root(archive: Path, job: str, incident: str, busy: bool) -> str:

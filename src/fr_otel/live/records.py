@@ -60,6 +60,14 @@ class StoredRecord:
         value = self.fields.get("incident")
         return value if isinstance(value, str) else None
 
+    @property
+    def job(self) -> str | None:
+        """The job whose folder (``job=<job>``) holds it, which ``read_records`` filters by."""
+        for folder in (self.path.parent, self.path.parent.parent):  # run=<run> may be absent
+            if folder.name.startswith("job="):
+                return folder.name.removeprefix("job=")
+        return None
+
 
 @dataclass(frozen=True, kw_only=True)
 class UnreadableRecord:

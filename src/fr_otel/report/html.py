@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -59,7 +60,7 @@ def _group_text(finding: Finding) -> str:
     return f"{group.desc or '?'} (pg {group.name}{size})"
 
 
-def _verdict(analysis: Analysis) -> str:
+def _verdict(analysis: Analysis, said: Sequence[str]) -> str:
     header = f"{len(analysis.ranks)} rank dumps" + (
         f" of {analysis.world_size}" if analysis.world_size else ""
     )
@@ -73,6 +74,7 @@ def _verdict(analysis: Analysis) -> str:
         notes.append(
             f"Not read: {_e(problem['path'])}: {_e(problem['problem'])}: {_e(problem['detail'])}"
         )
+    notes.extend(_e(words) for words in said)
     notes_html = "".join(f'<p class="note">{note}</p>' for note in notes)
     if not analysis.healthy and analysis.root_cause is None:
         return _slow_verdict(analysis, header, notes_html)
@@ -286,9 +288,13 @@ def _json_for_script(value: object) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(report: IncidentReport, *, trace_url: str | None = None) -> str:
+def render_html(
+    report: IncidentReport, *, trace_url: str | None = None, said: Sequence[str] = ()
+) -> str:
     """The report as one HTML document. ``trace_url``: a template with ``{trace_id}``
-    (and optionally ``{span_id}``) that makes each cell link to its trace."""
+    (and optionally ``{span_id}``) that makes each cell link to its trace. ``said``: plain
+    sentences the caller adds to the verdict (what the live check named while the job
+    ran), each a note."""
     analysis = report.analysis
     data = {
         "version": __version__,
@@ -306,7 +312,7 @@ def render_html(report: IncidentReport, *, trace_url: str | None = None) -> str:
     replacements = {
         "__TITLE__": _e(title),
         "__STYLE__": _asset("report.css"),
-        "__VERDICT__": _verdict(analysis),
+        "__VERDICT__": _verdict(analysis, said),
         "__FINDINGS__": _findings(analysis) + _lateness(report.lateness),
         "__DATA__": _json_for_script(data),
         "__SCRIPT__": _asset("report.js"),
