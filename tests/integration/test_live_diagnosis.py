@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fr_otel.analysis import analyze
+from fr_otel.cli import main
 from fr_otel.cli._errors import EXIT_LIVE_ABORTED
 from tests.jobs import fr_otel_run, torchrun
 
@@ -130,6 +131,11 @@ def test_a_reordering_is_named_while_the_job_hangs_and_abort_ends_it(
     assert (record["known_ns"] - fault_ns) / 1e9 < GOAL_S, record
     assert record["incident"].endswith("-operator"), record  # declared by the live check
     _offline_agrees(archive, "live", record)
+    # and fr-otel analyze of that incident says what the live check named, and agrees
+    assert main(["analyze", str(archive), "--job", "live", "--incident", record["incident"]]) == 1
+    out = capsys.readouterr().out
+    assert "the live check named this while the job ran: desync skipped_collective: rank 1" in out
+    assert "the analysis of the flushed incident agrees" in out
 
 
 def test_the_snapshot_policy_puts_every_ranks_stack_into_the_verdicts_record(
