@@ -14,12 +14,12 @@ from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from fr_otel.config import otlp_settings
+from fr_otel.live.otlp import live_spans
 from fr_otel.live.send import SEND_DEADLINE_S, logs_url, send_in_background
 from fr_otel.live.suspect import StallSuspect
 from fr_otel.live.verdict import Verdict
 from fr_otel.otel import model
 from fr_otel.otel.encode import row_to_span
-from fr_otel.otel.live import live_spans
 from tests.otlp_receiver import OtlpReceiver, _any_value
 from tests.rows import canonical_row
 

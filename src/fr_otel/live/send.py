@@ -1,5 +1,5 @@
 """The live check's findings sent to the Collector the ranks export to: the span in the
-collective's trace and the log record (``fr_otel.otel.live``), best effort.
+collective's trace and the log record (``fr_otel.live.otlp``), best effort.
 
 Sent from a thread of its own, so the verdict's incident is declared without waiting for
 the network; a Collector that is down or refuses costs the job nothing and is said once
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from fr_otel.config import OTLP_TRACES_PATH, PROTOCOL_GRPC, OtlpSettings
-from fr_otel.otel.live import LiveFinding, live_logs, live_spans
+from fr_otel.live.otlp import LiveFinding, live_logs, live_spans
 from fr_otel.otel.transport import (
     GRPC_LOGS_METHOD,
     AttemptResult,

@@ -55,7 +55,7 @@ class StallSuspect:
     """The incident declared for it (``FR_OTEL_LIVE_STALL_INCIDENT``), else None."""
     group_ranks: list[int] | None = None
     """The group's global ranks (None: unknown): with its name they identify the group, and
-    the trace of its collective (``fr_otel.otel.live``)."""
+    the trace of its collective (``fr_otel.live.otlp``)."""
 
     @property
     def seconds(self) -> float:

@@ -54,7 +54,7 @@ class Verdict:
     (``stack_request.RankStack.to_json``), by rank."""
     group_ranks: list[int] | None = None
     """The group's global ranks (None: unknown): with its name they identify the group, and
-    the trace of its collective (``fr_otel.otel.live``)."""
+    the trace of its collective (``fr_otel.live.otlp``)."""
 
     @property
     def seconds(self) -> float:
