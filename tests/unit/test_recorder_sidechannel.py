@@ -8,6 +8,10 @@ TCP connections to it, as the ranks of a job do. Needs torch (the CPU build will
 from __future__ import annotations
 
 import datetime
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +22,10 @@ pytest.importorskip("torch.distributed")
 import torch.distributed as dist
 from torch._C._distributed_c10d import TCPStore
 
+from fr_otel.recorder import sidechannel
 from fr_otel.recorder.sidechannel import (
     SideChannel,
+    StoreUnanswered,
     flushed_key,
     incident_key,
     poll_interval,
@@ -122,3 +128,38 @@ def test_poll_interval_keeps_the_store_below_5000_checks_a_second() -> None:
         interval = poll_interval(world)
         assert 0.2 <= interval <= 5.0
         assert world / interval <= 5000 + 1e-9
+
+
+_SERVER = """
+import datetime, sys, time
+from torch._C._distributed_c10d import TCPStore
+master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                  timeout=datetime.timedelta(seconds=60))
+print(master.port, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_store_that_stops_answering_is_given_up_and_asked_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The store's process stopped (SIGSTOP): a request would block for good, whatever the
+    store's timeout. The flush path's requests give up after ANSWER_S, then at once."""
+    monkeypatch.setattr(sidechannel, "ANSWER_S", 1.0)
+    server = subprocess.Popen([sys.executable, "-c", _SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        channel = SideChannel("127.0.0.1", int(server.stdout.readline()), connect_timeout_s=10)
+        assert channel.declare(0, "first") == "first"  # answering
+        server.send_signal(signal.SIGSTOP)
+        began = time.monotonic()
+        with pytest.raises(StoreUnanswered, match="did not answer an incident's declaration"):
+            channel.declare(1, "second")
+        assert 1.0 <= time.monotonic() - began < 3.0
+        began = time.monotonic()
+        with pytest.raises(StoreUnanswered):
+            channel.flushed("first")
+        assert time.monotonic() - began < 0.5  # asked nothing more
+    finally:
+        server.kill()
+        server.wait()

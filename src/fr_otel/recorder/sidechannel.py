@@ -19,17 +19,34 @@ Keys (under ``fr_otel/``, away from torch's):
   id wins and every rank learns the same one.
 * ``flushed/<id>``: a counter every rank (or the survivor that flushed a dead rank's ring
   for it) adds one to, so the declaring rank can wait for the job's flush to finish.
+
+A store that stops answering (its host frozen, a partition that drops packets) leaves a
+TCPStore client's request blocked for good, whatever the store's timeout: torch bounds
+waits for keys, not replies. An incident must still be flushed, so every request of the
+flush path (``declare``, ``mark_flushed``, ``flushed``) runs on a thread of its own and is
+given up after ``ANSWER_S``: the channel is then unanswering (``StoreUnanswered``) and
+asks nothing more, and the rank agrees on the incident with this host's ranks alone.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 logger = logging.getLogger(__name__)
 
 _PREFIX = "fr_otel/"
+ANSWER_S = 5.0
+"""How long a request of the flush path waits for the store's reply: a healthy store
+answers in milliseconds, even at 5,000 checks a second."""
+_T = TypeVar("_T")
+
+
+class StoreUnanswered(RuntimeError):
+    """The job's store did not answer a request in time; the channel asks nothing more."""
 
 
 def poll_interval(world: int) -> float:
@@ -74,10 +91,39 @@ class SideChannel:
 
         self._requests = client()
         self._listener = client()
+        self._unanswered: str | None = None
+
+    def _bounded(self, what: str, request: Callable[[], _T]) -> _T:
+        """``request()``, or ``StoreUnanswered`` once it has not returned in ``ANSWER_S``
+        (it is left blocked on a daemon thread: the store may never reply)."""
+        if self._unanswered is not None:
+            raise StoreUnanswered(self._unanswered)
+        result: list[_T] = []
+        failure: list[BaseException] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                result.append(request())
+            except BaseException as exc:  # handed to the caller
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="fr_otel-store", daemon=True).start()
+        if not done.wait(ANSWER_S):
+            self._unanswered = f"the job's store did not answer {what} within {ANSWER_S:.0f} s"
+            raise StoreUnanswered(self._unanswered)
+        if failure:
+            raise failure[0]
+        return result[0]
 
     def declare(self, generation: int, candidate: str) -> str:
         """Declare incident ``generation`` as ``candidate``; return the id that won."""
-        value = self._requests.compare_set(incident_key(generation), "", candidate)
+        key = incident_key(generation)
+        value = self._bounded(
+            "an incident's declaration", lambda: self._requests.compare_set(key, "", candidate)
+        )
         return bytes(value).decode()
 
     def declared(self, generation: int) -> str | None:
@@ -88,7 +134,9 @@ class SideChannel:
         return bytes(self._listener.get(key)).decode()
 
     def mark_flushed(self, incident: str) -> int:
-        return int(self._requests.add(flushed_key(incident), 1))
+        key = flushed_key(incident)
+        return int(self._bounded("a flush's count", lambda: self._requests.add(key, 1)))
 
     def flushed(self, incident: str) -> int:
-        return int(self._requests.add(flushed_key(incident), 0))
+        key = flushed_key(incident)
+        return int(self._bounded("the flushes' count", lambda: self._requests.add(key, 0)))
