@@ -138,6 +138,10 @@ class LiveCheck:
         """The agent ended the job (``abort`` policy)."""
         self.looks = 0
         self.confirmations = 0
+        self.blind_ranks: dict[int, str] = {}
+        """Ranks whose rings the last look could not read, and why."""
+        self.blind_looks = 0
+        """How many times ranks became unreadable."""
 
     def start(self) -> None:
         self._thread.start()
@@ -171,21 +175,45 @@ class LiveCheck:
         self.looks += 1
         self._find_rings()
         heads = []
-        for base, rings in self._rings.items():
+        blind: dict[int, str] = {}
+        for rings in self._rings.values():
             try:
                 heads += rings.new_heads()
             except (OSError, ValueError) as exc:
-                self._say_once(
-                    f"blind:{base}",
-                    f"live check: cannot read the ring of rank {rings.rank} ({exc});"
-                    " it is blind to that rank",
-                )
-        running = [rings.rank for rings in self._rings.values() if _running(rings)]
+                blind[rings.rank] = str(exc)
+        self._note_blind(blind)
+        # a rank the agent cannot read is compared no more: a slot would wait for it forever
+        running = [
+            rings.rank
+            for rings in self._rings.values()
+            if rings.rank not in blind and _running(rings)
+        ]
         self._pending += [_Trial(candidate=c) for c in self._board.add(heads, running)]
         self._stalls.add(heads)
         if not final:
             self._look_for_stalls(running)
         self._confirm_pending(running, final)
+
+    def _note_blind(self, blind: dict[int, str]) -> None:
+        """Say once when the agent stops seeing ranks (and which), and when it sees them
+        again; ``blind_ranks`` is what it cannot see now."""
+        lost = sorted(set(blind) - set(self.blind_ranks))
+        back = sorted(set(self.blind_ranks) - set(blind))
+        self.blind_ranks = dict(blind)
+        if lost:
+            self.blind_looks += 1
+            first = blind[lost[0]]
+            self._on_notice(
+                f"live check: blind to rank{'s' if len(lost) > 1 else ''}"
+                f" {', '.join(map(str, lost))}: cannot read {'their' if len(lost) > 1 else 'its'}"
+                f" ring ({first}); the other ranks are still compared, and the incident"
+                " path is as without the check"
+            )
+        if back:
+            self._on_notice(
+                f"live check: sees rank{'s' if len(back) > 1 else ''}"
+                f" {', '.join(map(str, back))} again"
+            )
 
     def _find_rings(self) -> None:
         """Follow the rings ranks made since the last look. The folder is listed only
@@ -342,10 +370,15 @@ class LiveCheck:
         if self.live.policy != "abort":
             return
         deadline = time.monotonic() + self.settings.flush_deadline_s + FLUSH_MARGIN_S
-        late = wait_for_flush(self.settings, incident, deadline)
-        if late:
+        waited = wait_for_flush(self.settings, incident, deadline)
+        if waited.late:
             self._on_notice(
-                f"live: ranks {', '.join(map(str, late))} had not flushed by the deadline"
+                f"live: ranks {', '.join(map(str, waited.late))} had not flushed by the deadline"
+            )
+        if waited.unknown:
+            self._on_notice(
+                f"live: cannot tell whether ranks {', '.join(map(str, waited.unknown))}"
+                " flushed: their rings cannot be read"
             )
         if not any(_running(rings) for rings in self._rings.values()):
             return  # the job ended by itself meanwhile: its own exit status stands

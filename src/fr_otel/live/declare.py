@@ -43,22 +43,32 @@ def declare(settings: RecorderSettings, since_ns: int, wait_s: float) -> Declare
     return Declared(incident=taken.incident, joined=False)
 
 
-def wait_for_flush(settings: RecorderSettings, incident: str, deadline: float) -> list[int]:
+@dataclass(frozen=True, kw_only=True)
+class FlushWait:
+    late: list[int]
+    """Live ranks that had not noted the incident flushed by the deadline."""
+    unknown: list[int]
+    """Live ranks whose ring could not be read: whether they flushed is not known."""
+
+
+def wait_for_flush(settings: RecorderSettings, incident: str, deadline: float) -> FlushWait:
     """Wait until every live rank of the run on this host noted ``incident`` flushed, or
-    ``deadline`` (monotonic); return the ranks that had not."""
-    pending: list[int] = []
+    ``deadline`` (monotonic). A rank whose ring cannot be read is not waited for: it would
+    hold the job's end to the deadline for a flush that may well be done."""
     while True:
-        pending = []
+        pending, unknown = [], []
         alive = set(live_runs(settings).get(settings.run_id, []))
         for base in run_ring_bases(settings.rings, settings.job, settings.run_id):
             if base not in alive:
                 continue
+            rank = int(base.name.removeprefix("rank-"))
             try:
                 flushed = incident in read_ring(base).flushed
             except (OSError, ValueError):
-                flushed = False
+                unknown.append(rank)
+                continue
             if not flushed:
-                pending.append(int(base.name.removeprefix("rank-")))
+                pending.append(rank)
         if not pending or time.monotonic() >= deadline:
-            return pending
+            return FlushWait(late=pending, unknown=unknown)
         time.sleep(POLL_S)
