@@ -14,10 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.archive import import_dumps
+from fr_otel.archive.importer import read_spans_file
 from fr_otel.otel import model
 from fr_otel.otel.encode import encode_requests, row_to_span
 from fr_otel.otel.jsonfile import read_otlp_json, to_otlp_json, write_otlp_json
-from fr_otel.otel.otlp_import import import_traces, read_otlp_json_table
+from fr_otel.otel.otlp_import import import_traces
 from fr_otel.otel.rankranges import from_ranges, to_ranges
 from fr_otel.otel.wire import encode_requests_fast
 from fr_otel.sim import FleetSpec, simulate, write_fleet
@@ -118,7 +119,9 @@ def test_a_fleet_with_large_groups_round_trips_through_spans(tmp_path: Path) -> 
     write_otlp_json(encode_requests(table), path)
     text = path.read_text()
     assert model.PG_RANK_RANGES in text
-    back = read_otlp_json_table(path)
+    read = read_spans_file(path)  # what fr-otel import reads a spans file with
+    assert read.problem is None and read.table is not None
+    back = read.table
     assert back.column("pg_ranks").to_pylist() == table.column("pg_ranks").to_pylist()
     assert _ids(back) == _ids(table)
 

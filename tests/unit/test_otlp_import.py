@@ -14,15 +14,11 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from fr_otel.analysis import analyze
 from fr_otel.archive import import_dumps
+from fr_otel.archive.importer import read_spans_file
 from fr_otel.archive.layout import rank_file
 from fr_otel.otel.encode import encode_requests
 from fr_otel.otel.jsonfile import write_otlp_json
-from fr_otel.otel.otlp_import import (
-    SOURCE_FORMAT,
-    import_traces,
-    read_otlp_json_table,
-    spans_to_table,
-)
+from fr_otel.otel.otlp_import import SOURCE_FORMAT, import_traces, spans_to_table
 from fr_otel.schema import RECORD_SCHEMA
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 from tests.rows import SPAN_CARRIED, SPAN_NOT_CARRIED
@@ -71,7 +67,9 @@ def _round_trip(table: pa.Table, path: Path) -> pa.Table:
     # a small budget: several requests (lines) per file
     written = write_otlp_json(encode_requests(table, max_bytes=50_000), path)
     assert written == table.num_rows
-    back = read_otlp_json_table(path)
+    read = read_spans_file(path)  # what fr-otel import reads a spans file with
+    assert read.problem is None and read.table is not None
+    back = read.table
     assert back.schema.equals(RECORD_SCHEMA)
     return _by_rank(back)
 

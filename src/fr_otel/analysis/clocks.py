@@ -26,10 +26,6 @@ evidence) and defines ``clock``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import duckdb
-
 from fr_otel.analysis.sqlfiles import fragment
 
 MEDIAN_SE = 1.2533
@@ -45,28 +41,3 @@ CLOCK_SQL = fragment(
     "clock.sql", median_se=MEDIAN_SE, min_samples=MIN_SAMPLES, significant=SIGNIFICANT
 )
 """The clock CTEs of the arrival rows (``sql/clock.sql``)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ClockOffset:
-    """One rank's clock against its group's consensus."""
-
-    rank: int
-    offset_ns: int
-    """How far the rank's clock runs ahead of the group's (negative: behind)."""
-    uncertainty_ns: int | None
-    """Standard error of the estimate; None when no completion times allowed one."""
-
-
-def offsets(
-    connection: duckdb.DuckDBPyConnection, *, table: str = "arrival"
-) -> dict[tuple[int, int], ClockOffset]:
-    """(group key, rank) -> the offset the ``arrival`` table applied to that rank."""
-    rows = connection.execute(
-        f"SELECT gid, rank, any_value(clock_offset_ns), any_value(clock_uncertainty_ns)"
-        f" FROM {table} GROUP BY gid, rank"
-    ).fetchall()
-    return {
-        (gid, rank): ClockOffset(rank=rank, offset_ns=int(off or 0), uncertainty_ns=unc)
-        for gid, rank, off, unc in rows
-    }

@@ -36,7 +36,6 @@ except ImportError:  # pragma: no cover - Windows
 if TYPE_CHECKING:
     import pyarrow as pa
 
-PARQUET_GLOB = "**/*.parquet"
 # The import is bound by this write. lz4 writes ~25% faster than zstd here for files
 # ~1.3x larger (~50 bytes an entry). Dictionary encoding pays only on the repetitive
 # text (names, dtypes, stacks), and min/max statistics only mean something for scalars;

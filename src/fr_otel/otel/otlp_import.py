@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -58,7 +57,6 @@ from fr_otel.otel.jsonfile import (
     json_int,
     json_list,
     json_object,
-    read_otlp_json,
 )
 from fr_otel.otel.plan import SPAN_PLAN
 from fr_otel.otel.rankranges import from_ranges
@@ -315,11 +313,6 @@ def _json_time(span: Any, name: str, proto_name: str) -> int:
 def spans_to_table(traces: Iterable[TracesData | ExportTraceServiceRequest]) -> pa.Table:
     """``RECORD_SCHEMA`` rows from fr_otel's spans; other spans are skipped."""
     return import_traces(traces).table
-
-
-def read_otlp_json_table(path: Path) -> pa.Table:
-    """``RECORD_SCHEMA`` rows from an OTLP JSON lines file (``write_otlp_json``)."""
-    return spans_to_table(read_otlp_json(Path(path)))
 
 
 def unique_entries(table: pa.Table) -> pa.Table:
