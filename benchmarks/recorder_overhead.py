@@ -565,6 +565,8 @@ def _launch(config: dict[str, Any], world: int, logs: Path, timeout_s: float) ->
     """Start ``world`` ranks of this script as workers; their results, rank order."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world))
+    if config.get("run_id"):
+        env["FR_OTEL_RUN_ID"] = config["run_id"]  # as fr-otel run sets it: the agent's key
     logs.mkdir(parents=True, exist_ok=True)
     procs = []
     for rank in range(world):
@@ -907,6 +909,46 @@ def _run_end_to_end(
     return summary
 
 
+def _start_agent(config: dict[str, Any]) -> Any:
+    """The live check's node agent over the job's rings, as ``fr-otel run`` starts it."""
+    from fr_otel.config import LiveSettings, recorder_settings
+    from fr_otel.live.agent import LiveCheck
+
+    settings = recorder_settings(
+        {"archive": Path(config["archive"]), "job": config["job"], "run_id": config["run_id"]},
+        environ={},
+    )
+    agent = LiveCheck(
+        settings=settings,
+        live=LiveSettings(),
+        on_verdict=lambda verdict: print(f"   live check: {verdict.line()}"),
+        on_notice=lambda text: print(f"   live check: {text}"),
+        end_job=lambda: None,
+    )
+    agent.start()
+    return agent
+
+
+def _thread_cpu_s(native_id: int | None) -> float:
+    """A thread of this process's CPU (user and system) from ``/proc``."""
+    if native_id is None:
+        return 0.0
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stop_agent(agent: Any) -> dict[str, Any]:
+    cpu = _thread_cpu_s(agent.native_id)  # before its last look at the ended job's rings
+    agent.stop(60.0)
+    return {
+        "cpu_s": cpu - agent.preload_cpu_s,
+        "preload_s": agent.preload_cpu_s,
+        "looks": agent.looks,
+        "bytes": agent.bytes_read,
+        "confirmations": agent.confirmations,
+    }
+
+
 def _run_paired(work: _Workload, receiver: Any, tmp: Path, mode: str, part: int) -> dict[str, Any]:
     unit = work.unit
     config = work.config(
@@ -916,11 +958,18 @@ def _run_paired(work: _Workload, receiver: Any, tmp: Path, mode: str, part: int)
         block=work.block,
         archive=str(tmp / f"{work.name}-paired-{mode}"),
         job=f"bench-{work.name}-paired-{mode}",
+        run_id=f"bench-{work.name}-paired-{mode}-{os.getpid()}",
         endpoint=receiver.endpoint,
     )
     units = work.rounds * 4 * work.block
     logs = tmp / f"logs-{work.name}-paired-{mode}"
-    ranks = _launch(config, 2, logs, units * work.unit_s + 180)
+    # incident mode is what fr-otel run runs by default, with its live check's node agent
+    # beside the ranks: the agent runs here, reading the ranks' rings, as it would there
+    agent = _start_agent(config) if mode == "incident" else None
+    try:
+        ranks = _launch(config, 2, logs, units * work.unit_s + 180)
+    finally:
+        agent_cost = _stop_agent(agent) if agent is not None else None
     names = list(ranks[0]["wall"])
     reference = names[0]
     print(
@@ -992,6 +1041,22 @@ def _run_paired(work: _Workload, receiver: Any, tmp: Path, mode: str, part: int)
         f" ({statistics.mean(r['window_s'] for r in ranks):.1f} s): "
         + (", ".join(f"{name} {us:.2f} µs" for name, us in threads.items()) or "none found")
     )
+    if agent_cost is not None:
+        # every arm's units: the agent cannot tell the arms apart, and looks at all of them
+        per_unit = agent_cost["cpu_s"] / (work.rounds * len(names) * work.block * 2) * 1e6
+        result["agent_us"] = per_unit
+        combined = result["recorder"]["cpu_extra"] + per_unit
+        print(
+            "   the live check's node agent (fr-otel run's thread, here in this process,"
+            f" reading the 2 ranks' rings): {agent_cost['cpu_s'] * 1e3:.0f} ms CPU over the"
+            f" job after {agent_cost['preload_s'] * 1e3:.0f} ms once for its imports,"
+            f" {per_unit:.2f} µs per {unit} per rank; {agent_cost['looks']} looks,"
+            f" {agent_cost['bytes'] / 1e6:.1f} MB read from the rings"
+            f" ({agent_cost['bytes'] / max(agent_cost['looks'], 1):.0f} bytes a look),"
+            f" {agent_cost['confirmations']} analyses, 0 messages: the ranks do nothing for"
+            f" it. Recorder and agent together: {combined:+.1f} µs per {unit} per rank ="
+            f" {combined / result['peer_us'] * 100:.2f}% of the peer's CPU per {unit}"
+        )
     mirrors = [r["mirror"] for r in ranks if r["mirror"]]
     if mirrors:
         print(

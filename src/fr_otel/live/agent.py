@@ -138,6 +138,8 @@ class LiveCheck:
         """The agent ended the job (``abort`` policy)."""
         self.looks = 0
         self.confirmations = 0
+        self.preload_cpu_s = 0.0
+        """CPU the thread spent importing the analysis before its first look (once)."""
         self.blind_ranks: dict[int, str] = {}
         """Ranks whose rings the last look could not read, and why."""
         self.blind_looks = 0
@@ -146,16 +148,28 @@ class LiveCheck:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def bytes_read(self) -> int:
+        """What the looks read of the rings so far (slots and counters)."""
+        return sum(rings.bytes_read for rings in self._rings.values())
+
+    @property
+    def native_id(self) -> int | None:
+        """The agent thread's id for the OS (its CPU is read from ``/proc``)."""
+        return self._thread.native_id
+
     def stop(self, timeout_s: float) -> None:
         """After the job: one last look at the rings as the ranks left them, then stop."""
         self._halt.set()
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
+        began = time.thread_time()
         try:
             _preload()
         except Exception as exc:  # the confirmation will say it, with its cause
             logger.debug("live check: preload failed: %r", exc)
+        self.preload_cpu_s = time.thread_time() - began
         while not self._halt.wait(self.live.interval_s) and self.verdict is None:
             self._guarded_look(final=False)
         if self.verdict is None:

@@ -102,6 +102,7 @@ class _Cursor:
         self.next = 0
         self._fd: int | None = None
         self._capacity = 0
+        self.bytes_read = 0
 
     def _open(self) -> bool:
         if self._fd is not None:
@@ -121,6 +122,7 @@ class _Cursor:
         if not self._open() or self._fd is None:
             return []
         (end,) = NEXT_RECORD.unpack(os.pread(self._fd, NEXT_RECORD.size, NEXT_RECORD_OFFSET))
+        self.bytes_read += NEXT_RECORD.size
         if end < self.next:  # a rank that restarted with this number took the file over
             self.next = 0
         start, self.next = max(self.next, end - self._capacity), end
@@ -128,6 +130,7 @@ class _Cursor:
         for first, count in _runs(start, end, self._capacity):
             offset = HEADER_SIZE + (first % self._capacity) * SLOT_SIZE
             data = os.pread(self._fd, count * SLOT_SIZE, offset)
+            self.bytes_read += len(data)
             # a slot the writer is reusing for a newer record meanwhile is left out
             found += (
                 slot
@@ -238,6 +241,11 @@ class RankRings:
                 )
             )
         return heads
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of ring slots and counters read so far (the meta files aside)."""
+        return sum(cursor.bytes_read for cursor in self._cursors)
 
     def complete_as_of(self) -> int:
         """Until when every collective the rank issued is known to be in its rings (ns
