@@ -37,6 +37,57 @@ def test_all_gather_base_numel_rule_is_checked(tmp_path: Path) -> None:
     assert "group size 3" in finding.summary
 
 
+def _sized(
+    record_id: int, seq: int, op: str, inputs: list[list[int]], outputs: list[list[int]]
+) -> dict[str, object]:
+    entry = fr_entry(record_id=record_id, seq=seq, op=op, sizes=inputs)
+    entry["output_sizes"] = outputs
+    return entry
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "outputs", "rule"),
+    [
+        # a reduce_scatter's input holds one output per member: 3 x 8
+        ("nccl:_reduce_scatter_base", [[24]], [[8]], None),
+        ("nccl:_reduce_scatter_base", [[32]], [[8]], "input numel must be output numel x"),
+        ("nccl:_reduce_scatter_base", [[16]], [[8]], "input numel must be output numel x"),
+        ("nccl:reduce_scatter_tensor_coalesced", [[24]], [[8]], None),
+        ("nccl:all_reduce", [[4, 8]], [[4, 8]], None),
+        ("nccl:all_reduce", [[8]], [[4]], "input and output sizes must be equal"),
+        ("nccl:allreduce_coalesced", [[8], [2]], [[8], [3]], "input and output sizes must be"),
+    ],
+)
+def test_each_shape_rule_names_what_breaks_it_and_nothing_else(
+    tmp_path: Path, op: str, inputs: list[list[int]], outputs: list[list[int]], rule: str | None
+) -> None:
+    # every member records the same sizes: no member differs from the others, so only the
+    # entry's own shape rule can find anything
+    analysis = analyze(_job(tmp_path, {r: [_sized(0, 1, op, inputs, outputs)] for r in range(3)}))
+    if rule is None:
+        assert analysis.findings == []
+        return
+    (finding,) = analysis.findings
+    assert finding.kind == "size_mismatch" and finding.culprit_ranks == [0, 1, 2]
+    assert f"breaks its shape rule on every member: {rule}" in finding.summary
+
+
+def test_of_two_causes_in_one_group_the_earlier_collective_is_the_root(tmp_path: Path) -> None:
+    # both slots break their shape rule on every member: their sequence numbers alone
+    # say which came first (record ids and times are given against them, so that only
+    # the sequence numbers can order them)
+    def entries(rank: int) -> list[dict[str, object]]:
+        late = _sized(0, 2, "nccl:all_reduce", [[8]], [[4]])
+        early = _sized(1, 1, "nccl:_reduce_scatter_base", [[32]], [[8]])
+        return [late, early]
+
+    analysis = analyze(_job(tmp_path, {r: entries(r) for r in range(3)}))
+    first, second = analysis.findings
+    assert analysis.root_cause == 0
+    assert (first.op, first.collective_seq_id) == ("_reduce_scatter_base", 1)
+    assert (second.op, second.collective_seq_id) == ("all_reduce", 2)
+
+
 def test_a_tie_is_ambiguous_not_resolved_by_file_order(tmp_path: Path) -> None:
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
     a = fr_entry(record_id=0, seq=1, sizes=[[8]], state="started")
