@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from fr_otel.dumps.parse import raw_entries
+from fr_otel.recorder import frsource
 from fr_otel.recorder.frsource import FILL_SHARE, LEARN_TRIES, FrMirror
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, read_ring, torch_ring_base
 from fr_otel.recorder.slot import COMPLETED, STARTED
@@ -511,3 +512,35 @@ def test_a_record_hooked_after_the_dump_is_looked_for_at_the_next_read(tmp_path:
     torch.issue("all_reduce")
     mirror.read()
     assert _ops(main.base) == [(1, "all_reduce", "gloo:all_reduce", "reduce_scatter_tensor")]
+
+
+def test_a_quiet_rank_with_unread_ops_is_read_once_soon_and_a_busy_one_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ops from C++ that no hook recorded, then nothing: a hung rank. It is read once its
+    counters have stood still for QUIET_READ_S, long before the interval; not again while
+    they stand still; and a rank whose counters keep moving waits for the interval."""
+    clock = [1000.0]
+    monkeypatch.setattr(frsource.time, "monotonic", lambda: clock[0])
+    _main, torch, mirror = _setup(tmp_path)
+    torch.issue("all_reduce")
+    mirror.tick()
+    assert torch.reads == 1
+    monkeypatch.setattr(mirror, "_interval", lambda: 400.0)  # a costly read: 400 s apart
+    torch.issue("all_reduce")  # the bucket it then hangs in
+    for step in range(int(frsource.QUIET_READ_S / 0.25)):
+        clock[0] += 0.25
+        mirror.tick()
+        assert torch.reads == 1, step  # quiet for less than QUIET_READ_S
+    clock[0] += 0.25
+    mirror.tick()
+    assert torch.reads == 2 and [s for s, _, _ in _mirrored(mirror)] == [1, 2]
+    for _ in range(20):  # still quiet: once per quiet spell
+        clock[0] += 0.25
+        mirror.tick()
+    assert torch.reads == 2
+    for _ in range(40):  # a busy rank: a new bucket every look, no quiet spell
+        torch.issue("all_reduce")
+        clock[0] += 0.25
+        mirror.tick()
+    assert torch.reads == 2

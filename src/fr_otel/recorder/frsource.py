@@ -72,6 +72,12 @@ torch's default 2,000 entries) absorbs a rate that doubles between two looks, or
 that comes late."""
 MIN_INTERVAL_S = 1.0
 """The shortest time between two reads (the watch thread ticks faster)."""
+QUIET_READ_S = 1.0
+"""A rank whose collectives stopped this long (torch's counters unchanged) while ops no
+hook recorded wait unread is read then, once per quiet spell, rather than at the next
+interval (up to ``MAX_INTERVAL_S``): those are the ops a hung rank waits in, which the
+live check compares across ranks; a running job's counters move every step, so it pays
+for no extra read."""
 MAX_INTERVAL_S = 30.0
 """The longest time ops the ring lacks wait for a read (shorter for short group timeouts:
 ``DETECT_SHARE`` of the detection timeout)."""
@@ -470,6 +476,11 @@ class FrMirror:
         self._behind_since_read = False
         """A look since the last read found ops the hooks did not record: the rings are
         not complete until the next read."""
+        self._quiet_issued = -1
+        self._quiet_since = 0.0
+        """When torch's counters last changed (monotonic), as of ``_quiet_issued``."""
+        self._quiet_read = False
+        """This quiet spell's read was made."""
 
     # --- when ------------------------------------------------------------------------------
 
@@ -497,8 +508,10 @@ class FrMirror:
                 self.ring.mark_complete(looked_ns)
         overdue = self._overdue() is not None
         if now < self._read_at + self._interval() and not overdue:
-            self._mark_if_hooked(counters, looked_ns)
-            return None
+            if not self._quiet_and_behind(counters, now, looked_ns):
+                return None
+            self._quiet_read = True
+            return self.read()
         if (
             not overdue
             and not self._behind(counters or self._counters())
@@ -509,16 +522,27 @@ class FrMirror:
             return None
         return self.read()
 
-    def _mark_if_hooked(self, counters: dict[str, int] | None, looked_ns: int) -> None:
-        """Between reads: the rings are complete as of this look when the hooks recorded
-        every collective since the last read (what a stalled rank's look finds, cheaply:
-        no dump of torch's FR)."""
-        if self._behind_since_read:
-            return  # once per read: ``_behind`` walks every op since the read
-        if self._behind(counters if counters is not None else self._counters()):
+    def _quiet_and_behind(
+        self, counters: dict[str, int] | None, now: float, looked_ns: int
+    ) -> bool:
+        """Between reads: whether to read now, because the rank's collectives stopped
+        (``QUIET_READ_S``) with ops no hook recorded still unread. Else, when the hooks
+        recorded every collective since the last read, the rings are complete as of this
+        look (what a rank stuck in host code finds, cheaply: no dump of torch's FR)."""
+        counters = counters if counters is not None else self._counters()
+        issued = sum(counters.values())
+        if issued != self._quiet_issued:
+            self._quiet_issued, self._quiet_since, self._quiet_read = issued, now, False
+        if not self._behind_since_read:  # once per read: ``_behind`` walks every op since
+            if not self._behind(counters):
+                self.ring.mark_complete(looked_ns)
+                return False
             self._behind_since_read = True
-        else:
-            self.ring.mark_complete(looked_ns)
+        return (
+            not self._quiet_read
+            and now - self._quiet_since >= QUIET_READ_S
+            and now - self._read_at >= MIN_INTERVAL_S
+        )
 
     def _behind(self, counters: dict[str, int]) -> bool:
         """Has some group issued a collective since the last read that no hook recorded?
