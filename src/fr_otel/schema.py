@@ -272,6 +272,21 @@ P2P_OPS = frozenset({"send", "recv"})
 """Ops that are point-to-point whatever ``is_p2p`` says (dumps that predate the flag)."""
 
 
+ALL_GATHER_OPS = frozenset(
+    {
+        "all_gather",
+        "_all_gather_base",
+        "_allgather_base",
+        "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced",
+        "allgather_into_tensor_coalesced",
+    }
+)
+"""Ops whose output holds one input per member: the analyzer's shape rule checks that, and
+the import reads a group's size from it. ``_allgather_base`` is the name of the c10d
+backends' method (torch's FR titles NCCL's ``_all_gather_base``)."""
+
+
 def is_p2p_entry(*, is_p2p: bool | None, op: str | None) -> bool:
     """Whether an entry is point-to-point: flagged so, or a send or recv."""
     return bool(is_p2p) or op in P2P_OPS

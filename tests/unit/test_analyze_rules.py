@@ -10,6 +10,7 @@ from fr_otel.analysis import analyze
 from fr_otel.archive import import_dumps
 from fr_otel.cli import main
 from fr_otel.errors import ArchiveError
+from fr_otel.schema import ALL_GATHER_OPS
 from tests.fr_dumps import fr_dump, fr_entry, write_pickle
 
 CONFIG3 = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}
@@ -86,6 +87,18 @@ def test_of_two_causes_in_one_group_the_earlier_collective_is_the_root(tmp_path:
     assert analysis.root_cause == 0
     assert (first.op, first.collective_seq_id) == ("_reduce_scatter_base", 1)
     assert (second.op, second.collective_seq_id) == ("all_reduce", 2)
+
+
+@pytest.mark.parametrize("op", sorted(ALL_GATHER_OPS))
+def test_every_all_gather_name_is_held_to_the_all_gather_rule(tmp_path: Path, op: str) -> None:
+    # NCCL's _allgather_base among them: 3 members' output holds 3 inputs of 8
+    entries = {
+        r: [_sized(0, 1, f"nccl:{op}", [[8]], [[24]]), _sized(1, 2, f"nccl:{op}", [[8]], [[20]])]
+        for r in range(3)
+    }
+    (finding,) = analyze(_job(tmp_path, entries)).findings
+    assert (finding.kind, finding.op, finding.collective_seq_id) == ("size_mismatch", op, 2)
+    assert "output numel must be input numel x group size (group size 3)" in finding.summary
 
 
 def test_a_tie_is_ambiguous_not_resolved_by_file_order(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from fr_otel.schema import ENTRY_MACROS
+from fr_otel.schema import ALL_GATHER_OPS, ENTRY_MACROS
 from fr_otel.stacks import LIBRARY_FRAME_PATTERN
 
 if TYPE_CHECKING:
@@ -42,13 +42,6 @@ VARIABLE_SIZE_OPS = [
     "_reduce_scatter_base_uneven",
 ]
 ALL_TO_ALL_OPS = ["all_to_all", "all_to_all_single", "all_to_allv", "alltoall", "alltoall_base"]
-ALL_GATHER_OPS = [
-    "all_gather",
-    "_all_gather_base",
-    "all_gather_into_tensor",
-    "all_gather_into_tensor_coalesced",
-    "allgather_into_tensor_coalesced",
-]
 REDUCE_SCATTER_OPS = [
     "reduce_scatter",
     "_reduce_scatter_base",
@@ -61,7 +54,7 @@ CONSTANTS: dict[str, Any] = {
     "library_frame_pattern": LIBRARY_FRAME_PATTERN,
     "variable_size_ops": VARIABLE_SIZE_OPS,
     "all_to_all_ops": ALL_TO_ALL_OPS,
-    "all_gather_ops": ALL_GATHER_OPS,
+    "all_gather_ops": sorted(ALL_GATHER_OPS),
     "reduce_scatter_ops": REDUCE_SCATTER_OPS,
     "all_reduce_ops": ALL_REDUCE_OPS,
 }

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from fr_otel.dumps.safe_pickle import UnsafePickleError, load_plain
 from fr_otel.errors import DumpError
-from fr_otel.schema import RECORD_SCHEMA, SIZES_TYPE, with_members_type
+from fr_otel.schema import ALL_GATHER_OPS, RECORD_SCHEMA, SIZES_TYPE, with_members_type
 from fr_otel.stacks import call_site
 
 _PROFILING_NAME = re.compile(
@@ -511,9 +511,6 @@ def _spread(values: pa.Array, index: pa.Array, shared: bool) -> pa.Array:
     return values.take(index)
 
 
-_ALL_GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor"})
-
-
 def _numel(shape: list[int]) -> int:
     total = 1
     for dim in shape:
@@ -535,7 +532,7 @@ def _add_size_hints(
     one output tensor per member; the tensor variants have ``world * n`` elements.
     """
     ops = [split[i][1] for i in profiling_index.to_pylist()]
-    rows = [i for i, op in enumerate(ops) if op in _ALL_GATHER_OPS]
+    rows = [i for i, op in enumerate(ops) if op in ALL_GATHER_OPS]
     if not rows:
         return
     names = name_index.to_pylist()
