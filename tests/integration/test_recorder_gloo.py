@@ -4,7 +4,9 @@ Every job here really fails the way production jobs do (a peer killed by gloo's 
 size mismatch, uncaught timeouts, a rank hung in host code) under a torchrun-like launcher
 (``fr_otel.demo.recorded_job``: the store outlives every rank, the surviving ranks get
 SIGTERM 0.1 s after the first failure). Nothing is faked; the only stand-in is the OTLP
-receiver (``tests/otlp_receiver.py``) for the Collector, which cannot be installed here.
+receiver (``tests/otlp_receiver.py``) for the Collector: it keeps every request it takes,
+for the tests to read. The real Collector (``build/bin/otelcol-fr-otel``) takes a recorded
+incident in ``tests/e2e``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ Python functions: the recorder must take them from torch's own Flight Recorder.
 Each faulty run checks that every rank's buffer is archived under one incident, that each
 rank holds every collective torch's FR held (the scripts dump torch's buffer themselves,
 ``FR_DUMP_DIR``), that the spans reached a real OTLP receiver (the stand-in for the
-Collector, which cannot run in this test), and that ``fr-otel analyze`` names the culprit
-and its group. A healthy run exits 0 with no incident.
+Collector: it keeps every request for the test to read; ``tests/e2e`` run the real one,
+``build/bin/otelcol-fr-otel``), and that ``fr-otel analyze`` names the culprit and its
+group. A healthy run exits 0 with no incident.
 """
 
 from __future__ import annotations
