@@ -38,8 +38,8 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds={timeout}))
 rank, world = dist.get_rank(), dist.get_world_size()
 
 
-def gradients(numel=1000):
-    dist.all_reduce(torch.ones(numel))
+def gradients(numel=1000, dtype=torch.float32):
+    dist.all_reduce(torch.ones(numel, dtype=dtype))
 
 
 def parameters():
@@ -53,6 +53,9 @@ for step in range(60):
         if fault == "reorder":
             parameters()
             gradients()
+        elif fault == "dtype":
+            gradients(dtype=torch.float64)  # its peers all_reduce float32
+            parameters()
         else:
             gradients(1001)  # its peers all_reduce 1000 floats
             parameters()
@@ -197,6 +200,42 @@ def test_a_skipped_collective_of_a_workload_is_named_and_the_job_goes_on(
     )
     assert record["seconds"] < GOAL_S and record["running_ranks"], record
     _offline_agrees(archive, "shuffle", record)
+
+
+def test_a_dtype_mismatch_is_named_with_the_culprit_the_analysis_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 1 all_reduces 1000 float64 against its peers' float32: twice the bytes."""
+    code, archive, _, fault_ns = _faulty_job(tmp_path, monkeypatch, "dtype", "abort", 12)
+    record = _verdict(archive, "live", capsys.readouterr().err)
+    assert code != 0
+    assert (record["kind"], record["culprit_ranks"], record["seq"]) == ("dtype_mismatch", [1], 21)
+    assert (record["known_ns"] - fault_ns) / 1e9 < GOAL_S, record
+    _offline_agrees(archive, "live", record)
+
+
+def test_a_skipped_functional_collective_is_named_from_the_torch_ring_within_the_goal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """functional.py's rank 1 leaves out a step's all_gather_tensor: functional collectives
+    reach the rings only through each rank's reads of torch's FR, which a hung rank makes
+    within a second of its collectives stopping."""
+    code, archive, _ = _run(
+        tmp_path,
+        monkeypatch,
+        "functional",
+        torchrun(WORKLOADS / "functional.py", 3),
+        FAULT="skip",
+        STEPS="8",
+        PG_TIMEOUT="30",
+        FR_OTEL_LIVE_POLICY="abort",
+    )
+    err = capsys.readouterr().err
+    record = _verdict(archive, "functional", err)
+    assert code == EXIT_LIVE_ABORTED, err[-3000:]
+    assert record["culprit_ranks"] == [1] and record["op"] == "all_gather", record
+    assert record["seconds"] < GOAL_S, record
+    _offline_agrees(archive, "functional", record)
 
 
 HEALTHY = {"ddp": 3, "data_shuffle": 3, "objects": 3, "mesh2d": 4}
