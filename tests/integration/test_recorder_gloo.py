@@ -240,11 +240,14 @@ def test_point_to_point_and_aliases_are_recorded_once_with_their_call_site(
         "work.wait()\n"
         "dist.all_gather_into_tensor(torch.empty(8), t)\n"
         "dist.barrier()\n"
-        "time.sleep(0.6)  # a watch poll\n"
-        "if rank == 0:\n"
-        "    recorder.declare('operator')\n"
+        # the watch marks the async p2p works done (they have no future): until it has
+        "deadline = time.monotonic() + 60\n"
+        "while recorder.capture.unfinished and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "assert not recorder.capture.unfinished, 'the watch never polled the p2p works'\n"
+        "if rank == 0:  # every rank flushes before any leaves the closing barrier\n"
+        "    recorder.wait_for_job(recorder.declare('operator'))\n"
         "dist.barrier()\n"
-        "time.sleep(1)\n"
     )
     archive = tmp_path / "archive"
     command = torchrun(script, 2)
@@ -252,12 +255,12 @@ def test_point_to_point_and_aliases_are_recorded_once_with_their_call_site(
     [folder] = list((archive / "job=p2p").glob("incident=*"))
     rows = sorted(pq.read_table(folder).to_pylist(), key=lambda r: (r["rank"], r["record_id"]))
     site = f"{script}:{{}} in <module>"
-    # rank 1 flushes from its listener, maybe once it is through the closing barrier too
+    # rank 1 flushes from its listener, maybe once it is in the closing barrier too
     # the op is torch's (gloo's FR says all_gather), the function called is the api
     seen = [
         (r["rank"], r["op"], r["api"], r["peer"], r["state"], r["call_site"])
         for r in rows
-        if r["call_site"] != site.format(14)
+        if r["call_site"] != site.format(17)
     ]
     assert seen == [
         (0, "send", "send", 1, "completed", site.format(6)),

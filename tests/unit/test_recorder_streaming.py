@@ -107,8 +107,11 @@ def test_a_small_batch_waits_several_intervals_a_full_one_leaves_at_the_interval
     tmp_path: Path,
 ) -> None:
     """A pass costs about as much for one span as for two hundred: a few spans wait
-    ``SMALL_BATCH_INTERVALS`` intervals; ``SMALL_BATCH`` of them leave at the interval."""
-    interval = 0.5
+    ``SMALL_BATCH_INTERVALS`` intervals; ``SMALL_BATCH`` of them leave at the interval.
+    The two waits are told apart by one bound between them, in intervals
+    (``SMALL_BATCH_INTERVALS - 1.5``), so the margin grows with the interval: a second
+    leaves the full batch 2.5 s for a loaded machine's delays."""
+    interval = 1.0
     writer, *ids = _ring(tmp_path)
     with OtlpReceiver(protocol="http") as receiver:
         stream = _stream(tmp_path, receiver, writer, interval_s=interval)

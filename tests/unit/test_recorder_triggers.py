@@ -46,6 +46,10 @@ class _Incidents:
             return list(self.reasons)
 
 
+LONG_POLL_S = 10.0
+"""A poll long enough that what must wake the watch at once cannot pass for the poll."""
+
+
 @pytest.fixture
 def fast_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(triggers, "POLL_S", 0.02)
@@ -84,6 +88,13 @@ def start_watch() -> Iterator[Callable[..., Watch]]:
         _stop(watch)
 
 
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within the timeout"
+        time.sleep(0.005)
+
+
 def _poke(fifo: Path, data: bytes = b"\n") -> None:
     fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # as `echo > rank-000000.trigger`
     try:
@@ -96,7 +107,7 @@ def test_fifo_write_declares_an_operator_incident_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start_watch: Callable[..., Watch]
 ) -> None:
     # a long poll: the write itself must wake the thread, not the next poll
-    monkeypatch.setattr(triggers, "POLL_S", 3.0)
+    monkeypatch.setattr(triggers, "POLL_S", LONG_POLL_S)
     fifo = tmp_path / "rank-000000.trigger"
     fifo.write_text("stale")  # a leftover regular file is replaced by the FIFO
     incidents = _Incidents()
@@ -107,15 +118,17 @@ def test_fifo_write_declares_an_operator_incident_at_once(
 
     sent = time.monotonic()
     _poke(fifo)
-    assert incidents.wait_for(1) == ["operator"]
-    assert time.monotonic() - sent < 1.0
+    assert incidents.wait_for(1, deadline_s=LONG_POLL_S * 2) == ["operator"]
+    assert time.monotonic() - sent < LONG_POLL_S / 2  # woken, not at the next poll
 
     _poke(fifo, b"again\n")
-    assert incidents.wait_for(2) == ["operator", "operator"]
+    assert incidents.wait_for(2, deadline_s=LONG_POLL_S * 2) == ["operator", "operator"]
 
     stopping = time.monotonic()
-    _stop(watch)
-    assert time.monotonic() - stopping < 1.0  # stopping wakes the thread, not the 3 s poll
+    watch.stop()
+    watch.join(timeout=LONG_POLL_S * 2)
+    assert not watch.is_alive()
+    assert time.monotonic() - stopping < LONG_POLL_S / 2  # stopping wakes it, too
     assert not fifo.exists()  # the watch removes its FIFO when it stops
 
 
@@ -191,11 +204,12 @@ def test_watch_survives_a_failing_on_incident(
     with caplog.at_level(logging.WARNING, logger="fr_otel.recorder.triggers"):
         watch = start_watch(dump_file=dump, on_incident=broken)
         dump.write_bytes(b"x")
-        deadline = time.monotonic() + 3
-        while not calls and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(0.05)
-    assert calls == ["torch_dump"] and _running(watch)
+        _wait_until(lambda: calls == ["torch_dump"])
+        # it survived the first if it still answers the next change
+        stat = dump.stat()
+        os.utime(dump, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        _wait_until(lambda: len(calls) == 2)
+    assert calls == ["torch_dump", "torch_dump"] and _running(watch)
     assert any("flush failed" in r.getMessage() for r in caplog.records)
 
 
@@ -261,9 +275,11 @@ _SIGNAL_CHILD = textwrap.dedent(
     """
     import sys, threading
     from pathlib import Path
+    from fr_otel.recorder import triggers
     from fr_otel.recorder.triggers import Watch
 
     marker = Path(sys.argv[1])
+    triggers.POLL_S = float(sys.argv[2])  # only the wake-up can be this quick
     declared = threading.Event()
 
     def on_incident(reason):
@@ -275,7 +291,7 @@ _SIGNAL_CHILD = textwrap.dedent(
     watch.start()
     print("ready", flush=True)
     # the main thread waits in native code, as it would inside a collective
-    declared.wait(10)
+    declared.wait(60)
     print("declared" if declared.is_set() else "nothing", flush=True)
     """
 )
@@ -284,7 +300,7 @@ _SIGNAL_CHILD = textwrap.dedent(
 def test_sigusr2_declares_an_incident_while_the_main_thread_blocks(tmp_path: Path) -> None:
     marker = tmp_path / "incident"
     child = subprocess.Popen(
-        [sys.executable, "-c", _SIGNAL_CHILD, str(marker)],
+        [sys.executable, "-c", _SIGNAL_CHILD, str(marker), str(LONG_POLL_S)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -293,14 +309,14 @@ def test_sigusr2_declares_an_incident_while_the_main_thread_blocks(tmp_path: Pat
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         sent = time.monotonic()
         child.send_signal(signal.SIGUSR2)
-        while not marker.exists() and time.monotonic() - sent < 5:
+        while not marker.exists() and time.monotonic() - sent < LONG_POLL_S * 2:
             time.sleep(0.005)
         elapsed = time.monotonic() - sent
-        out, err = child.communicate(timeout=30)
+        out, err = child.communicate(timeout=60)
     finally:
         child.kill()
     assert marker.exists(), err
-    assert elapsed < 1.0
+    assert elapsed < LONG_POLL_S / 2  # woken by the signal, not at the next poll
     assert marker.read_text() == "signal"
     assert child.returncode == 0, err  # SIGUSR2's default action would have killed it
     assert out == "declared\n"
