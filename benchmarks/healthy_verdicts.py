@@ -11,6 +11,8 @@ to a real OTLP receiver in this process). After each run:
   ARCHIVE/_rings`` must exit 0;
 - every rank's rings must hold every collective torch's Flight Recorder held at the end
   (the scripts dump torch's buffer last, ``FR_DUMP_DIR``);
+- the live check of ``fr-otel run`` (stalls past ``LIVE_STALL_S``, 8 s) must have said
+  nothing and left no record;
 - the peer's figure from the same run: ``torchfrtrace`` over those torch dumps, healthy
   when it reports no mismatch, counted apart when it crashes.
 
@@ -55,6 +57,7 @@ FAMILIES = [
     "data_shuffle",
 ]
 WORLD = {"mesh2d": 4, "pipelining": 2}
+LIVE_STALL_S = 8
 
 
 def _quiet_main(arguments: list[str]) -> tuple[int, str]:
@@ -103,13 +106,21 @@ def one_run(family: str, mode: str, receiver: OtlpReceiver, folder: Path) -> dic
         "FR_OTEL_MODE": mode,
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        # the live check runs too, with stalls named past 8 s rather than 30
+        "FR_OTEL_LIVE_STALL_S": str(LIVE_STALL_S),
     }
     with environment(env):
         command = torchrun(WORKLOADS / f"{family}.py", WORLD.get(family, 3))
         code, log = _quiet_main(["run", "--job", family, "--archive", str(archive), "--", *command])
     result: dict[str, object] = {"run": code == 0}
+    said = [line for line in log.splitlines() if line.startswith("fr-otel: live: ")]
+    result["live"] = not said and not (archive / "_live").exists()
+    if not result["live"]:
+        result["why"] = [f"live check: {said[0] if said else 'a record under _live'}"]
     if code != 0:
-        result["why"] = log.splitlines()[-1:] if log else ["no output"]
+        result.setdefault("why", []).extend(  # type: ignore[union-attr]
+            log.splitlines()[-1:] if log else ["no output"]
+        )
         return result
     complete = True
     for base in ring_bases(archive / "_rings", family):
@@ -137,7 +148,8 @@ def main_(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     print(
         f"{'family':<13}{'mode':<11}{'runs':>5}{'ran':>5}{'rings>=FR':>10}"
-        f"{'archive ok':>11}{'rings ok':>9}{'fr_trace ok':>12}{'crashed':>8}  (seconds)"
+        f"{'archive ok':>11}{'rings ok':>9}{'live quiet':>11}{'fr_trace ok':>12}{'crashed':>8}"
+        "  (seconds)"
     )
     failed = 0
     with OtlpReceiver(protocol="grpc").start() as receiver:
@@ -156,11 +168,19 @@ def main_(argv: list[str] | None = None) -> int:
                         tally["fr_trace_crashed"] += 1
                     reasons += [str(r) for r in result.get("why", [])]  # type: ignore[union-attr]
                 runs = options.runs
-                ok = tally["run"] == tally["archive"] == tally["rings"] == tally["complete"] == runs
+                ok = (
+                    tally["run"]
+                    == tally["archive"]
+                    == tally["rings"]
+                    == tally["complete"]
+                    == tally["live"]
+                    == runs
+                )
                 failed += not ok
                 print(
                     f"{family:<13}{mode:<11}{runs:>5}{tally['run']:>5}{tally['complete']:>10}"
-                    f"{tally['archive']:>11}{tally['rings']:>9}{tally['fr_trace']:>12}"
+                    f"{tally['archive']:>11}{tally['rings']:>9}{tally['live']:>11}"
+                    f"{tally['fr_trace']:>12}"
                     f"{tally['fr_trace_crashed']:>8}"
                     f"  ({time.monotonic() - started:.0f})",
                     flush=True,
