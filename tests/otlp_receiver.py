@@ -1,5 +1,6 @@
 """A real OTLP receiver for tests: gRPC (grpcio) or HTTP (stdlib), on loopback; traces,
-and logs (``LogsService`` / ``/v1/logs``: the live check's log records).
+logs (``LogsService`` / ``/v1/logs``: the live check's log records) and metrics
+(``MetricsService`` / ``/v1/metrics``: the live check's blindness).
 
 It decodes every request with the official ``opentelemetry-proto`` classes, records what
 arrived (request, sizes, headers) and can be told to misbehave the way Collectors do:
@@ -38,16 +39,22 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 KINDS = ("unavailable", "throttle", "invalid")
 
 
@@ -105,6 +112,8 @@ class Received:
     request: ExportTraceServiceRequest | None = None
     logs: ExportLogsServiceRequest | None = None
     """A logs request's message (``request`` is then None)."""
+    metrics: ExportMetricsServiceRequest | None = None
+    """A metrics request's message (``request`` is then None)."""
 
 
 def _any_value(value: AnyValue) -> Any:
@@ -250,6 +259,28 @@ class OtlpReceiver:
             time.sleep(0.02)
         return records
 
+    def metrics(self) -> list[tuple[dict[str, Any], Metric]]:
+        """(resource attributes, metric) for every metric accepted, in arrival order."""
+        with self._lock:
+            requests = [r.metrics for r in self.received if r.answer == "ok" and r.metrics]
+        out: list[tuple[dict[str, Any], Metric]] = []
+        for request in requests:
+            for resource_metrics in request.resource_metrics:
+                attributes = {
+                    a.key: _any_value(a.value) for a in resource_metrics.resource.attributes
+                }
+                for scope in resource_metrics.scope_metrics:
+                    out.extend((attributes, metric) for metric in scope.metrics)
+        return out
+
+    def wait_for_metrics(
+        self, count: int, timeout_s: float = 5.0
+    ) -> list[tuple[dict[str, Any], Metric]]:
+        end = time.monotonic() + timeout_s
+        while len(metrics := self.metrics()) < count and time.monotonic() < end:
+            time.sleep(0.02)
+        return metrics
+
     # --- shared decision -------------------------------------------------------------
 
     def _decide(self, decoded_bytes: int) -> tuple[str, float | None]:
@@ -291,10 +322,19 @@ class OtlpReceiver:
             ),
             response_serializer=ExportLogsServiceResponse.SerializeToString,
         )
+        metrics_handler = grpc.unary_unary_rpc_method_handler(
+            self._grpc_export,
+            request_deserializer=lambda data: (
+                len(data),
+                ExportMetricsServiceRequest.FromString(data),
+            ),
+            response_serializer=ExportMetricsServiceResponse.SerializeToString,
+        )
         server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),
                 grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": logs_handler}),
+                grpc.method_handlers_generic_handler(METRICS_SERVICE, {"Export": metrics_handler}),
             )
         )
         address = f"127.0.0.1:{self.port}"
@@ -312,11 +352,15 @@ class OtlpReceiver:
 
     def _grpc_export(
         self,
-        payload: tuple[int, ExportTraceServiceRequest | ExportLogsServiceRequest],
+        payload: tuple[
+            int,
+            ExportTraceServiceRequest | ExportLogsServiceRequest | ExportMetricsServiceRequest,
+        ],
         context: grpc.ServicerContext,
-    ) -> ExportTraceServiceResponse | ExportLogsServiceResponse:
+    ) -> ExportTraceServiceResponse | ExportLogsServiceResponse | ExportMetricsServiceResponse:
         size, message = payload
         logs = message if isinstance(message, ExportLogsServiceRequest) else None
+        metrics = message if isinstance(message, ExportMetricsServiceRequest) else None
         request = message if isinstance(message, ExportTraceServiceRequest) else None
         headers = {key: value for key, value in context.invocation_metadata()}
         verdict, retry_after = self._decide(size)
@@ -327,10 +371,12 @@ class OtlpReceiver:
             "too_large": grpc.StatusCode.RESOURCE_EXHAUSTED,
         }
         if verdict == "ok":
-            self._record(Received(size, size, headers, "ok", request, logs))
+            self._record(Received(size, size, headers, "ok", request, logs, metrics))
+            if metrics is not None:
+                return ExportMetricsServiceResponse()
             return ExportTraceServiceResponse() if logs is None else ExportLogsServiceResponse()
         code = codes[verdict]
-        self._record(Received(size, size, headers, code.name, request, logs))
+        self._record(Received(size, size, headers, code.name, request, logs, metrics))
         if verdict == "too_large":
             message = f"grpc: received message larger than max ({size} vs. {self.reject_above})"
         else:
@@ -379,16 +425,19 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                if self.path not in ("/v1/traces", "/v1/logs"):
+                if self.path not in ("/v1/traces", "/v1/logs", "/v1/metrics"):
                     self._answer(404, rpc_status(5, f"no such path {self.path}"))
                     return
                 body = gzip.decompress(raw) if headers.get("content-encoding") == "gzip" else raw
                 verdict, retry_after = receiver._decide(len(body))
                 request: ExportTraceServiceRequest | None = None
                 logs: ExportLogsServiceRequest | None = None
+                metrics: ExportMetricsServiceRequest | None = None
                 try:
                     if self.path == "/v1/logs":
                         logs = ExportLogsServiceRequest.FromString(body)
+                    elif self.path == "/v1/metrics":
+                        metrics = ExportMetricsServiceRequest.FromString(body)
                     else:
                         request = ExportTraceServiceRequest.FromString(body)
                 except Exception:  # a test receiver reports anything it cannot read
@@ -408,6 +457,7 @@ class OtlpReceiver:
                         "ok" if status == 200 else str(status),
                         request,
                         logs,
+                        metrics,
                     )
                 )
                 if status == 200:

@@ -40,8 +40,9 @@ from fr_otel.live.compare import Board, Candidate
 from fr_otel.live.confirm import analyse_rings
 from fr_otel.live.declare import declare, wait_for_flush
 from fr_otel.live.heads import RankRings
+from fr_otel.live.otlp import blind_metrics
 from fr_otel.live.records import write_record
-from fr_otel.live.send import send_in_background
+from fr_otel.live.send import send_in_background, send_metrics_in_background
 from fr_otel.live.stall import Stall, StallWatch
 from fr_otel.live.suspect import KIND as STALL_KIND
 from fr_otel.live.suspect import StallSuspect, make_suspect
@@ -144,6 +145,8 @@ class LiveCheck:
         """Ranks whose rings the last look could not read, and why."""
         self.blind_looks = 0
         """How many times ranks became unreadable."""
+        self._began_ns = time.time_ns()
+        self._blind_sent: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -210,7 +213,8 @@ class LiveCheck:
 
     def _note_blind(self, blind: dict[int, str]) -> None:
         """Say once when the agent stops seeing ranks (and which), and when it sees them
-        again; ``blind_ranks`` is what it cannot see now."""
+        again, on stderr and as metrics to the Collector; ``blind_ranks`` is what it cannot
+        see now."""
         lost = sorted(set(blind) - set(self.blind_ranks))
         back = sorted(set(self.blind_ranks) - set(blind))
         self.blind_ranks = dict(blind)
@@ -228,6 +232,25 @@ class LiveCheck:
                 f"live check: sees rank{'s' if len(back) > 1 else ''}"
                 f" {', '.join(map(str, back))} again"
             )
+        if lost or back:
+            self._send_blindness()
+
+    def _send_blindness(self) -> None:
+        """The blindness as metrics, sent when it changes (``live.otlp.blind_metrics``)."""
+        self._blind_sent = send_metrics_in_background(
+            blind_metrics(
+                job=self.settings.job,
+                run_id=self.settings.run_id,
+                host=_HOST,
+                blind=self.blind_ranks,
+                episodes=self.blind_looks,
+                since_ns=self._began_ns,
+                now_ns=time.time_ns(),
+            ),
+            self.settings.otlp,
+            self._say_once,
+            after=self._blind_sent,
+        )
 
     def _find_rings(self) -> None:
         """Follow the rings ranks made since the last look. The folder is listed only

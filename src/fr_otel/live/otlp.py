@@ -13,17 +13,32 @@ the finding; its event, at the finding, carries the culprit as attributes, as do
 record (severity ERROR for a desync, WARN for a stall suspect: a stall is not proof). Both
 have the live check as their resource (``service.instance.id`` ``<job>/live/<host>``).
 Ids are derived from the finding, so a request sent twice is the same span twice.
+
+The live check's blindness (ranks whose rings it cannot read) is a metric with the same
+resource (``blind_metrics``): a gauge of how many ranks it cannot read now, naming them,
+and a monotonic sum of the times ranks became unreadable.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import TypeAlias
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, SeverityNumber
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    AggregationTemporality,
+    Gauge,
+    Metric,
+    NumberDataPoint,
+    Sum,
+)
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
@@ -58,13 +73,14 @@ def ids(found: LiveFinding) -> tuple[bytes, bytes]:
     return model.trace_id(key), model.span_id(key, model.LIVE_RANK, index)
 
 
-def _resource(found: LiveFinding) -> Resource:
+def _resource(job: str, host: str) -> Resource:
+    """The live check of ``job`` on ``host``."""
     return Resource(
         attributes=[
-            key_value(model.SERVICE_NAME, found.job),
-            key_value(model.SERVICE_INSTANCE_ID, f"{found.job}/{model.LIVE_INSTANCE}/{found.host}"),
-            key_value(model.JOB, found.job),
-            key_value(model.HOST_NAME, found.host),
+            key_value(model.SERVICE_NAME, job),
+            key_value(model.SERVICE_INSTANCE_ID, f"{job}/{model.LIVE_INSTANCE}/{host}"),
+            key_value(model.JOB, job),
+            key_value(model.HOST_NAME, host),
         ]
     )
 
@@ -129,7 +145,7 @@ def live_spans(found: LiveFinding) -> ExportTraceServiceRequest:
         else Status(message=found.line()),
     )
     request = ExportTraceServiceRequest()
-    resource_spans = request.resource_spans.add(resource=_resource(found))
+    resource_spans = request.resource_spans.add(resource=_resource(found.job, found.host))
     resource_spans.scope_spans.add(scope=_scope(), spans=[span])
     return request
 
@@ -153,6 +169,63 @@ def live_logs(found: LiveFinding) -> ExportLogsServiceRequest:
         event_name=model.LIVE_DESYNC_EVENT if desync else model.LIVE_STALL_EVENT,
     )
     request = ExportLogsServiceRequest()
-    resource_logs = request.resource_logs.add(resource=_resource(found))
+    resource_logs = request.resource_logs.add(resource=_resource(found.job, found.host))
     resource_logs.scope_logs.add(scope=_scope(), log_records=[record])
+    return request
+
+
+def blind_metrics(
+    *,
+    job: str,
+    run_id: str | None,
+    host: str,
+    blind: Collection[int],
+    episodes: int,
+    since_ns: int,
+    now_ns: int,
+) -> ExportMetricsServiceRequest:
+    """The live check's blindness as of ``now_ns``: ``fr_otel.live.blind_ranks``, how many
+    ranks of ``host`` it cannot read (``blind``, named in ``fr_otel.live.ranks``), and
+    ``fr_otel.live.blind_episodes``, how many times ranks became unreadable since
+    ``since_ns`` (the check's start). The job, run id and host are data point attributes
+    too: the resource's host is dropped on its way to Prometheus by Collectors that keep
+    one series per job (collector-config/), and the gauge is per host."""
+    points = [
+        key_value(model.JOB, job),
+        key_value(model.HOST_NAME, host),
+        key_value(model.LIVE_RANKS, [str(rank) for rank in sorted(blind)]),
+    ]
+    if run_id:
+        points.append(key_value(model.RUN_ID, run_id))
+    gauge = Metric(
+        name=model.LIVE_BLIND_RANKS_METRIC,
+        description="Ranks of this host whose rings the live check cannot read",
+        unit="{rank}",
+        gauge=Gauge(
+            data_points=[
+                NumberDataPoint(time_unix_nano=now_ns, as_int=len(blind), attributes=points)
+            ]
+        ),
+    )
+    # cumulative from the check's start: a Collector that missed a request still counts
+    episodes_sum = Metric(
+        name=model.LIVE_BLIND_EPISODES_METRIC,
+        description="Times ranks of this host became unreadable to the live check",
+        unit="{episode}",
+        sum=Sum(
+            aggregation_temporality=AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE,
+            is_monotonic=True,
+            data_points=[
+                NumberDataPoint(
+                    start_time_unix_nano=since_ns,
+                    time_unix_nano=now_ns,
+                    as_int=episodes,
+                    attributes=[a for a in points if a.key != model.LIVE_RANKS],
+                )
+            ],
+        ),
+    )
+    request = ExportMetricsServiceRequest()
+    resource_metrics = request.resource_metrics.add(resource=_resource(job, host))
+    resource_metrics.scope_metrics.add(scope=_scope(), metrics=[gauge, episodes_sum])
     return request

@@ -8,7 +8,8 @@ finding's record is the copy that stays.
 
 The logs go where the traces go: over gRPC the same target's ``LogsService``; over HTTP the
 traces URL with ``/v1/logs`` for its ``/v1/traces`` (a traces URL of another path gives no
-logs URL, and the log record is not sent).
+logs URL, and the log record is not sent). The live check's blindness metrics
+(``send_metrics_in_background``) go the same way: ``MetricsService``, or ``/v1/metrics``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ import threading
 import time
 from collections.abc import Callable
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+
 from fr_otel.config import OTLP_TRACES_PATH, PROTOCOL_GRPC, OtlpSettings
 from fr_otel.live.otlp import LiveFinding, live_logs, live_spans
 from fr_otel.otel.transport import (
     GRPC_LOGS_METHOD,
+    GRPC_METRICS_METHOD,
     AttemptResult,
     ExporterOptions,
     GrpcExporter,
@@ -31,6 +37,7 @@ from fr_otel.otel.transport import (
 )
 
 OTLP_LOGS_PATH = "/v1/logs"
+OTLP_METRICS_PATH = "/v1/metrics"
 SEND_DEADLINE_S = 5.0
 """How long each of the two requests may take, retries included. The sending thread is not
 a daemon: a finding made as the job ends is still delivered before ``fr-otel run`` exits,
@@ -51,21 +58,50 @@ def send_in_background(
     return thread
 
 
-def logs_url(traces_url: str) -> str | None:
-    """The OTLP/HTTP logs URL beside ``traces_url`` (see the module's docstring)."""
+def send_metrics_in_background(
+    metrics: ExportMetricsServiceRequest,
+    otlp: OtlpSettings | None,
+    say_once: Callable[[str, str], None],
+    after: threading.Thread | None = None,
+) -> threading.Thread | None:
+    """Send ``metrics`` (``live.otlp.blind_metrics``) to ``otlp``'s endpoint from a new
+    thread, as ``send_in_background`` sends a finding, once ``after`` (the previous send)
+    has ended: a gauge's last value is the one a Collector keeps, so sends stay in order."""
+    if otlp is None:
+        return None
+    thread = threading.Thread(
+        target=_send_metrics,
+        args=(metrics.SerializeToString(), otlp, say_once, after),
+        name="fr-otel-live-otlp-metrics",
+        daemon=False,
+    )
+    thread.start()
+    return thread
+
+
+def beside_traces_url(traces_url: str, path: str) -> str | None:
+    """The OTLP/HTTP URL of another signal (``path``: ``/v1/logs``, ``/v1/metrics``)
+    beside ``traces_url`` (see the module's docstring)."""
     base, found, rest = traces_url.rpartition(OTLP_TRACES_PATH)
     if not found or rest.strip("/"):
         return None
-    return base + OTLP_LOGS_PATH
+    return base + path
 
 
-def _logs_exporter(otlp: OtlpSettings) -> GrpcExporter | HttpExporter | None:
+def logs_url(traces_url: str) -> str | None:
+    """The OTLP/HTTP logs URL beside ``traces_url``."""
+    return beside_traces_url(traces_url, OTLP_LOGS_PATH)
+
+
+def _signal_exporter(
+    otlp: OtlpSettings, method: str, path: str
+) -> GrpcExporter | HttpExporter | None:
+    """The exporter of another signal than traces: gRPC ``method`` on the same target, or
+    the HTTP URL of ``path`` beside the traces URL (None: there is none)."""
     options = ExporterOptions.from_settings(otlp)
     if otlp.protocol == PROTOCOL_GRPC:
-        return GrpcExporter(
-            otlp.endpoint, insecure=otlp.insecure, options=options, method=GRPC_LOGS_METHOD
-        )
-    url = logs_url(otlp.endpoint)
+        return GrpcExporter(otlp.endpoint, insecure=otlp.insecure, options=options, method=method)
+    url = beside_traces_url(otlp.endpoint, path)
     return HttpExporter(url, options=options) if url is not None else None
 
 
@@ -100,7 +136,7 @@ def _send(found: LiveFinding, otlp: OtlpSettings, say_once: Callable[[str, str],
         why = _deliver_and_close(exporter_for(otlp), live_spans(found).SerializeToString())
         if why is not None:
             missed.append(f"the span ({why})")
-        logs = _logs_exporter(otlp)
+        logs = _signal_exporter(otlp, GRPC_LOGS_METHOD, OTLP_LOGS_PATH)
         if logs is None:
             missed.append(f"the log record (no logs URL beside {otlp.endpoint})")
         elif (why := _deliver_and_close(logs, live_logs(found).SerializeToString())) is not None:
@@ -112,4 +148,29 @@ def _send(found: LiveFinding, otlp: OtlpSettings, say_once: Callable[[str, str],
             "otlp",
             f"live check: the Collector at {otlp.endpoint} did not get {' or '.join(missed)}"
             f" of the {found.kind} finding; its record in the archive holds it",
+        )
+
+
+def _send_metrics(
+    payload: bytes,
+    otlp: OtlpSettings,
+    say_once: Callable[[str, str], None],
+    after: threading.Thread | None,
+) -> None:
+    if after is not None:
+        after.join()
+    try:
+        exporter = _signal_exporter(otlp, GRPC_METRICS_METHOD, OTLP_METRICS_PATH)
+        why = (
+            f"no metrics URL beside {otlp.endpoint}"
+            if exporter is None
+            else _deliver_and_close(exporter, payload)
+        )
+    except Exception as exc:  # the live check must outlive a failed send
+        why = repr(exc)
+    if why is not None:
+        say_once(
+            "otlp-metrics",
+            f"live check: the Collector at {otlp.endpoint} did not get its blindness metric"
+            f" ({why}); what it cannot read is said here",
         )

@@ -91,6 +91,13 @@ LIVE_INSTANCE: Final = "live"
 """``service.instance.id`` of the live check's spans and logs: ``<job>/live/<host>``."""
 LIVE_RANK: Final = -2
 """The rank in the live check's span ids: ranks' are >= 0, the analyzer's -1."""
+LIVE_BLIND_RANKS_METRIC: Final = f"{NS}.live.blind_ranks"
+"""Gauge (unit ``{rank}``): how many of its host's ranks the live check cannot read now."""
+LIVE_BLIND_EPISODES_METRIC: Final = f"{NS}.live.blind_episodes"
+"""Monotonic sum: how many times ranks became unreadable to the live check."""
+LIVE_RANKS: Final = f"{NS}.live.ranks"
+"""The blindness metrics' data point attribute: the ranks it cannot read (a string list,
+so that Prometheus gets one label, not a label per rank)."""
 
 # Semantic conventions for the call site and errors.
 CODE_FUNCTION: Final = "code.function.name"

@@ -58,6 +58,8 @@ GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 GRPC_LOGS_METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 """For a logs request (``GrpcExporter(method=...)``): its answer reads as a trace answer,
 the partial success's fields have the same numbers and types."""
+GRPC_METRICS_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+"""For a metrics request: its answer, too, reads as a trace answer (same field numbers)."""
 GRPC_DEFAULT_PORT = 4317
 USER_AGENT = f"fr-otel/{__version__}"
 
