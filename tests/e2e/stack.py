@@ -235,6 +235,7 @@ def collector(
         "FR_OTEL_PROMETHEUS_LISTEN": f"{host}:{free_port(host)}",
         "FR_OTEL_HEALTH_LISTEN": f"{host}:{free_port(host)}",
         "FR_OTEL_SPAN_ARCHIVE_DIR": str(workdir / "otlp-archive"),
+        "FR_OTEL_LOG_ARCHIVE_DIR": str(workdir / "otlp-logs"),
         "FR_OTEL_QUEUE_DIR": str(workdir / "queue"),
         # The Go runtime's soft limit, as the configs' comments ask for in production.
         "GOMEMLIMIT": "1600MiB",
