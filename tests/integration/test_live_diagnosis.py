@@ -193,10 +193,10 @@ def test_a_skipped_collective_of_a_workload_is_named_and_the_job_goes_on(
     record = _verdict(archive, "shuffle", err)
     assert code not in (0, EXIT_LIVE_ABORTED), err[-3000:]
     assert took > 12  # the job went on to its timeout
-    # rank 1 waits in the next step's all_to_all where its peers wait in the gather: a
-    # snapshot taken before or after the analysis can line the two steps up names the skip
-    # or the op mismatch at that slot, the same culprit and collective either way (the
-    # incident flushed for it is analysed alike: _offline_agrees)
+    # rank 1 waits in the next step's all_to_all where its peers wait in the gather: as the
+    # snapshot stands when it is analysed, that slot is named a skip or an op mismatch, with
+    # the same culprit and collective either way (and the flushed incident alike:
+    # _offline_agrees)
     assert record["kind"] in ("skipped_collective", "op_type_mismatch"), record
     assert (record["culprit_ranks"], record["op"]) == ([1], "gather"), record
     assert record["seconds"] < GOAL_S and record["running_ranks"], record
