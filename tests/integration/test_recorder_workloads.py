@@ -135,6 +135,8 @@ def test_a_faulty_workload_is_archived_whole_and_diagnosed(
         receiver.wait_for_spans(sum(rows.values()), timeout_s=15)
         spans: Counter[int] = Counter()
         for resource, span in receiver.spans():
+            if span.name.startswith("fr_otel.live."):
+                continue  # the live check's finding, sent by fr-otel run's agent: no rank's
             attributes = {a.key: a.value.string_value for a in span.attributes}
             if attributes.get(model.INCIDENT) == incident:
                 spans[resource[model.RANK]] += 1
