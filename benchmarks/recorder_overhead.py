@@ -1045,7 +1045,7 @@ def _run_paired(work: _Workload, receiver: Any, tmp: Path, mode: str, part: int)
         # every arm's units: the agent cannot tell the arms apart, and looks at all of them
         per_unit = agent_cost["cpu_s"] / (work.rounds * len(names) * work.block * 2) * 1e6
         result["agent_us"] = per_unit
-        combined = result["recorder"]["cpu_extra"] + per_unit
+        combined = result["recorder"]["cpu_extra"] + result["background_us"] + per_unit
         print(
             "   the live check's node agent (fr-otel run's thread, here in this process,"
             f" reading the 2 ranks' rings): {agent_cost['cpu_s'] * 1e3:.0f} ms CPU over the"
@@ -1054,7 +1054,8 @@ def _run_paired(work: _Workload, receiver: Any, tmp: Path, mode: str, part: int)
             f" {agent_cost['bytes'] / 1e6:.1f} MB read from the rings"
             f" ({agent_cost['bytes'] / max(agent_cost['looks'], 1):.0f} bytes a look),"
             f" {agent_cost['confirmations']} analyses, 0 messages: the ranks do nothing for"
-            f" it. Recorder and agent together: {combined:+.1f} µs per {unit} per rank ="
+            f" it. Recorder (training thread and threads) and agent together:"
+            f" {combined:+.1f} µs per {unit} per rank ="
             f" {combined / result['peer_us'] * 100:.2f}% of the peer's CPU per {unit}"
         )
     mirrors = [r["mirror"] for r in ranks if r["mirror"]]
@@ -1170,11 +1171,14 @@ def _verdicts(work: _Workload, e2e: dict[str, Any], paired: dict[str, dict[str, 
         ci_low, ci_high = job["recorder"]["cpu_ci"]
         ratio = e2e[mode]["ratio"]
         low, high = e2e[mode]["range"]
-        cpu_us = training + threads
+        # incident mode is fr-otel run's default: its live check's node agent counts too
+        agent = job.get("agent_us", 0.0) if mode == "incident" else 0.0
+        cpu_us = training + threads + agent
         parts = (
             f"training thread {training:+.1f} (IQR of the paired rounds {low_cpu:+.1f}.."
             f"{high_cpu:+.1f}), recorder threads {threads:+.1f} = {threads / basis * 100:.2f}%"
             + ("" if ddp else " in the incident launches")
+            + (f", live check's agent {agent:+.1f}" if agent else "")
         )
         extra = ""
         if mode == "continuous":

@@ -32,6 +32,7 @@ from fr_otel.recorder.ring import (
     read_ring,
     ring_base,
     ring_bases,
+    torch_ring_base,
 )
 from fr_otel.recorder.slot import COMPLETED, EMPTY, FAILED, SCHEDULED, SLOT_SIZE, STARTED
 from fr_otel.recorder.table import ring_table
@@ -594,3 +595,33 @@ def test_ring_table_of_an_empty_ring_has_the_schema(tmp_path: Path) -> None:
     )
     assert table.num_rows == 0
     assert isinstance(table, pa.Table) and table.schema.equals(RECORD_SCHEMA)
+
+
+def test_the_meta_alone_is_the_meta_the_whole_read_gives(tmp_path: Path) -> None:
+    """``read_ring(slots=False)`` (the live check's re-read when a meta file grows): the
+    same groups, signatures, sites and flushes, the torch ring's merged in, no slots."""
+    writer = _writer(tmp_path)
+    mirror = writer.sibling(torch_ring_base(writer.base))
+    try:
+        group = writer.intern_group("default", GROUP)
+        sig = writer.intern_signature(("all_reduce", (4, 8)), ALL_REDUCE)
+        site = writer.intern_site("site", FRAMES)
+        writer.begin(group, 1, 0, sig, site, -1, STARTED)
+        writer.note_flushed("inc-1")
+        theirs = mirror.intern_group("default", GROUP)
+        mirror.begin(theirs, 2, 0, mirror.intern_signature("bucket", ALL_REDUCE), 0, -1, STARTED)
+        writer.sync()
+        mirror.sync()
+        whole = read_ring(writer.base)
+        meta = read_ring(writer.base, slots=False)
+    finally:
+        mirror.close()
+        writer.close()
+    assert len(whole.slots) == 2 and meta.slots == []
+    assert (meta.groups, meta.signatures, meta.sites, meta.flushed) == (
+        whole.groups,
+        whole.signatures,
+        whole.sites,
+        whole.flushed,
+    )
+    assert len(meta.groups) == 2  # the torch ring's group, merged at its own index

@@ -192,10 +192,8 @@ class RankRings:
         sizes = tuple(_size(path) for path in self._metas)
         if self.contents is not None and sizes == self._meta_sizes and not force:
             return self.contents
-        contents = read_ring(self.base, self.rank)
-        # ``read_ring`` decodes every slot; the cursors read them anyway, and the meta is
-        # all that is kept of it
-        contents.slots = []
+        # the meta alone: the cursors read the slots
+        contents = read_ring(self.base, self.rank, slots=False)
         self.contents, self._meta_sizes = contents, sizes
         self._fingerprints.clear()
         self._group_keys.clear()

@@ -698,29 +698,36 @@ def _read_meta(path: Path, contents: RingContents) -> None:
                 )
 
 
-def read_ring(base: Path, rank: int | None = None) -> RingContents:
-    """Decode ``<base>.ring`` and ``<base>.meta``. Raises ``RingFormatError`` or ``OSError``."""
+def read_ring(base: Path, rank: int | None = None, *, slots: bool = True) -> RingContents:
+    """Decode ``<base>.ring`` and ``<base>.meta``. Raises ``RingFormatError`` or ``OSError``.
+    ``slots=False``: the meta alone (and the header), for a reader that follows the slots
+    itself: decoding a ring of 20,000 slots costs tens of milliseconds."""
     ring = base.with_suffix(RING_SUFFIX)
-    data = ring.read_bytes()
+    if slots:
+        data = ring.read_bytes()
+        size = len(data)
+    else:
+        with ring.open("rb") as handle:
+            data = handle.read(HEADER_SIZE)
+            size = os.fstat(handle.fileno()).st_size
     if len(data) < HEADER_SIZE or data[:8] != MAGIC:
         raise RingFormatError(f"{ring}: not an fr_otel ring file")
     _, slot_size, capacity, created_ns = _HEADER.unpack_from(data, 0)
-    if slot_size != SLOT_SIZE or len(data) < HEADER_SIZE + capacity * SLOT_SIZE:
+    if slot_size != SLOT_SIZE or size < HEADER_SIZE + capacity * SLOT_SIZE:
         raise RingFormatError(f"{ring}: truncated or written by another fr_otel version")
     if rank is None:
         rank = int(base.name.removeprefix("rank-"))
     contents = RingContents(base=base, rank=rank, created_ns=created_ns)
     _read_meta(base.with_suffix(META_SUFFIX), contents)
-    slots = [
-        slot
-        for slot in SLOT.iter_unpack(data[HEADER_SIZE : HEADER_SIZE + capacity * SLOT_SIZE])
-        if slot[9] != EMPTY
-    ]
-    slots.sort()
-    contents.slots = slots
+    if slots:
+        contents.slots = sorted(
+            slot
+            for slot in SLOT.iter_unpack(data[HEADER_SIZE : HEADER_SIZE + capacity * SLOT_SIZE])
+            if slot[9] != EMPTY
+        )
     companion = torch_ring_base(base)
     if companion.with_suffix(RING_SUFFIX).exists() and base.parent.name != TORCH_RING_DIR:
-        contents = contents.merged(read_ring(companion, rank))
+        contents = contents.merged(read_ring(companion, rank, slots=slots))
     return contents
 
 
