@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from fr_otel.analysis import analyze
 from tests.jobs import fr_otel_run, torchrun
 
 pytestmark = pytest.mark.gloo
@@ -73,6 +74,11 @@ def test_a_rank_stuck_in_host_code_is_named_at_the_threshold_with_its_line(
     assert record["waited_s"] >= STALL_S and record["seconds"] < STALL_S + SLACK_S[family], record
     [stack] = record["stacks"].values()
     assert [f["name"] for f in stack["frames"][:2]] == ["hang", "main"], stack["frames"][:3]
+    # the incident the peers' timeout declared later: its analysis blames the same rank
+    [folder] = (archive / f"job={family}").glob("incident=*")
+    analysis = analyze(archive, job=family, incident=folder.name.removeprefix("incident="))
+    assert analysis.root_cause is not None, analysis.findings
+    assert analysis.findings[analysis.root_cause].culprit_ranks == record["culprit_ranks"]
 
 
 _PAUSES = """
