@@ -97,6 +97,7 @@ class StallWatch:
         self._groups: dict[str, _Group] = {}
         self._periods: dict[Hashable, _Period] = {}
         self._step_key: Hashable | None = None
+        self._period_rank: int | None = None
         self._said: set[tuple[str, int]] = set()
 
     def add(self, heads: Iterable[Head]) -> None:
@@ -116,7 +117,10 @@ class StallWatch:
                 if len(group.issued) > 2 * ISSUED_KEPT:  # a group no other local rank is in
                     for seq in sorted(group.issued)[:ISSUED_KEPT]:
                         del group.issued[seq]
-            self._note_period((head.rank, head.group_key, head.fingerprint, head.site), head)
+            if self._period_rank is None:
+                self._period_rank = head.rank
+            if head.rank == self._period_rank:  # one rank's collectives tell the step
+                self._note_period((head.group_key, head.fingerprint, head.site), head)
 
     def _note_period(self, key: Hashable, head: Head) -> None:
         period = self._periods.get(key)
@@ -132,7 +136,8 @@ class StallWatch:
 
     @property
     def step_s(self) -> float | None:
-        """The job's observed step: the median period of the most frequent collective."""
+        """The job's observed step: the median period of the most frequent collective of
+        the first rank seen (every rank runs the same steps)."""
         best = self._periods.get(self._step_key) if self._step_key is not None else None
         if best is None or not best.periods:
             return None
