@@ -544,3 +544,20 @@ def test_a_quiet_rank_with_unread_ops_is_read_once_soon_and_a_busy_one_is_not(
         clock[0] += 0.25
         mirror.tick()
     assert torch.reads == 2
+
+
+def test_what_the_hooks_saw_is_forgotten_without_reads(tmp_path: Path) -> None:
+    """A job whose hooks record every collective never reads torch's FR; the hooked seqs
+    the watch notes must still be bounded (they grew by every collective before)."""
+    main, torch, mirror = _setup(tmp_path)
+    _hook(main, torch, "all_reduce")
+    mirror.tick()  # its first read: torch's name for the op
+    reads = torch.reads
+    keep = 4 * main.capacity
+    for _ in range(3 * keep // (main.capacity // 2)):  # each look within the ring's reach
+        for _ in range(main.capacity // 2):
+            _hook(main, torch, "all_reduce")
+        mirror._read_at = float("-inf")
+        mirror.tick()
+    assert torch.reads == reads  # all hooked: nothing to read
+    assert keep <= len(mirror._hooked["0"]) <= keep + main.capacity // 2

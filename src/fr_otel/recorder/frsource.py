@@ -558,6 +558,9 @@ class FrMirror:
             if not hooked.issuperset(zip(repeat(False), range(start + 1, count + 1))):
                 return True
             self._read_upto[name] = count
+        # a job whose hooks see every collective may never read torch's FR: what they saw
+        # is forgotten here too, or it grew by every collective for the job's whole life
+        self._prune()
         return False
 
     def _counters(self) -> dict[str, int]:
