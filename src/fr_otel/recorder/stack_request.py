@@ -30,6 +30,8 @@ STACK_REQUEST = b"\x05"
 it by accident)."""
 STACK_SUFFIX = ".stack"
 MAX_FRAMES = 64
+_OWN = str(Path(__file__).resolve().parents[1]) + "/"
+"""fr_otel's own files: the recorder's frames are never where the user's code is."""
 _STDLIB = tuple(
     path
     for path in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")}
@@ -59,11 +61,13 @@ class RankStack:
 
     @property
     def user_frame(self) -> dict[str, Any] | None:
-        """The innermost frame of the user's code: neither torch's, the recorder's nor
-        Python's own library (a rank waiting in ``queue.get`` is where it called it)."""
+        """The innermost frame of the user's code: neither torch's, fr_otel's nor Python's
+        own library (a rank waiting in ``queue.get`` is where it called it)."""
         for frame in self.frames:
             filename = str(frame.get("filename") or "")
-            if not is_library_frame(frame) and not filename.startswith(_STDLIB):
+            if not (
+                is_library_frame(frame) or filename.startswith(_STDLIB) or filename.startswith(_OWN)
+            ):
                 return frame
         return None
 
