@@ -82,3 +82,17 @@ def fr_otel_run(archive: Path, job: str, command: list[str], **env: str) -> tupl
     with environment({"OMP_NUM_THREADS": "1", **env}):
         code = main(["run", "--job", job, "--archive", str(archive), "--", *command])
     return code, archive, time.monotonic() - began
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes, from ``/proc``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found

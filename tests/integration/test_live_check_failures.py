@@ -24,7 +24,7 @@ import pytest
 from fr_otel.analysis import analyze
 from fr_otel.cli._errors import EXIT_LIVE_ABORTED
 from fr_otel.recorder.ring import NEXT_RECORD, NEXT_RECORD_OFFSET
-from tests.jobs import STEERING, fr_otel_run, torchrun
+from tests.jobs import STEERING, children, fr_otel_run, torchrun
 
 pytestmark = pytest.mark.gloo
 
@@ -201,15 +201,9 @@ def _records(tmp_path: Path, job: str) -> int:
 
 def _launcher(parent: int) -> int:
     """The pid of ``parent``'s child process (torchrun, under ``fr-otel run``)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rpartition(")")[2].split()[1]) == parent:
-                return int(entry.name)
-    raise AssertionError(f"no child of {parent}")
+    found = children(parent)
+    assert found, f"no child of {parent}"
+    return found[0]
 
 
 def _store_answers(port: str) -> bool:

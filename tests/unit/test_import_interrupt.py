@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel.cli import main
+from tests.jobs import children
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -24,19 +25,6 @@ def big_dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("big") / "dumps"
     assert main(["simulate", str(folder), "--world", "16", "--entries", "20000"]) == 0
     return folder
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def _alive(pid: int) -> bool:
@@ -82,7 +70,7 @@ def _start_import(dumps: Path, archive: Path) -> tuple[subprocess.Popen[str], li
         if process.poll() is not None:
             pytest.fail(f"the import ended before it could be interrupted: {process.stderr}")
         staged = list(archive.rglob(".*.tmp")) if archive.exists() else []
-        workers = _children(process.pid)
+        workers = children(process.pid)
         if staged and len(workers) >= 2:
             return process, workers
         time.sleep(0.02)
