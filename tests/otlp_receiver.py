@@ -27,10 +27,11 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable, Sized
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 from google.protobuf.any_pb2 import Any as AnyMessage
@@ -234,10 +235,7 @@ class OtlpReceiver:
     def wait_for_spans(
         self, count: int, timeout_s: float = 5.0
     ) -> list[tuple[dict[str, Any], Span]]:
-        end = time.monotonic() + timeout_s
-        while len(spans := self.spans()) < count and time.monotonic() < end:
-            time.sleep(0.02)
-        return spans
+        return _at_least(count, self.spans, timeout_s)
 
     def log_records(self) -> list[tuple[dict[str, Any], LogRecord]]:
         """(resource attributes, log record) for every log record accepted."""
@@ -254,10 +252,7 @@ class OtlpReceiver:
     def wait_for_logs(
         self, count: int, timeout_s: float = 5.0
     ) -> list[tuple[dict[str, Any], LogRecord]]:
-        end = time.monotonic() + timeout_s
-        while len(records := self.log_records()) < count and time.monotonic() < end:
-            time.sleep(0.02)
-        return records
+        return _at_least(count, self.log_records, timeout_s)
 
     def metrics(self) -> list[tuple[dict[str, Any], Metric]]:
         """(resource attributes, metric) for every metric accepted, in arrival order."""
@@ -276,10 +271,7 @@ class OtlpReceiver:
     def wait_for_metrics(
         self, count: int, timeout_s: float = 5.0
     ) -> list[tuple[dict[str, Any], Metric]]:
-        end = time.monotonic() + timeout_s
-        while len(metrics := self.metrics()) < count and time.monotonic() < end:
-            time.sleep(0.02)
-        return metrics
+        return _at_least(count, self.metrics, timeout_s)
 
     # --- shared decision -------------------------------------------------------------
 
@@ -477,3 +469,14 @@ class OtlpReceiver:
         self._http_server = server
         self._http_thread = threading.Thread(target=server.serve_forever, daemon=True)
         self._http_thread.start()
+
+
+_Found = TypeVar("_Found", bound=Sized)
+
+
+def _at_least(count: int, fetch: Callable[[], _Found], timeout_s: float) -> _Found:
+    """``fetch()`` once it holds ``count`` items, or as it is after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while len(found := fetch()) < count and time.monotonic() < end:
+        time.sleep(0.02)
+    return found
