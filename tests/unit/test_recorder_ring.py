@@ -242,8 +242,8 @@ def test_started_finds_the_running_records_across_the_wrap(tmp_path: Path, windo
 def test_collective_keys_across_the_wrap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decoder: str, first: int
 ) -> None:
-    """Each group's (is p2p, seq) of the records the ring still holds from ``first``, by
-    either decoder: numpy's arrays, or struct where numpy is not installed."""
+    """Each group's collective seqs and p2p seqs of the records the ring still holds from
+    ``first``, by either decoder: numpy's arrays, or struct where numpy is not installed."""
     if decoder == "struct":
         monkeypatch.setattr("fr_otel.recorder.ring.slot_dtype", lambda: None)
     writer = _writer(tmp_path, capacity=11)
@@ -271,7 +271,12 @@ def test_collective_keys_across_the_wrap(
                 )
             )
         writer.append(rows)
-        found = writer.collective_keys(first, writer.next_record)
+        found = {
+            group: [(False, seq) for seq in collectives] + [(True, seq) for seq in p2p]
+            for group, (collectives, p2p) in writer.collective_keys(
+                first, writer.next_record
+            ).items()
+        }
         # the FR mirror's look for the signatures it still learns torch's ops of
         by_signature = writer.signature_keys(first, writer.next_record, {reduce_sig})
     finally:

@@ -36,10 +36,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
-from itertools import groupby, pairwise, repeat
+from itertools import groupby, pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fr_otel.recorder.hooked_seqs import HookedSeqs
 from fr_otel.recorder.ring import (
     GroupInfo,
     RingWriter,
@@ -78,6 +79,13 @@ hook recorded wait unread is read then, once per quiet spell, rather than at the
 interval (up to ``MAX_INTERVAL_S``): those are the ops a hung rank waits in, which the
 live check compares across ranks; a running job's counters move every step, so it pays
 for no extra read."""
+BEHIND_CHECK_S = 1.0
+"""Between reads, how often the watch asks whether the hooks recorded every collective
+(to mark the rings complete, or to find a quiet spell's unread ops). Each time decodes
+the hooks' records since the last: what a few array operations cost a thread that wakes
+to cold caches mattered more than the records (most of the watch's CPU in a tight
+all_reduce loop at every poll), and neither the live check's stalls (30 s, or five steps)
+nor a quiet spell (``QUIET_READ_S``) needs it sooner."""
 MAX_INTERVAL_S = 30.0
 """The longest time ops the ring lacks wait for a read (shorter for short group timeouts:
 ``DETECT_SHARE`` of the detection timeout)."""
@@ -449,8 +457,8 @@ class FrMirror:
         self.stats = MirrorStats()
         self._cursor = 0
         """Main-ring records before it are in ``_hooked``."""
-        self._hooked: dict[str, set[tuple[bool, int]]] = {}
-        """Group name -> (is p2p, seq) the hooks recorded, newest first kept."""
+        self._hooked: dict[str, HookedSeqs] = {}
+        """Group name -> the ops the hooks recorded."""
         self._torch_ops = _TorchOps(main)
         self._read_upto: dict[str, int] = {}
         """Group name -> every collective up to this seq is in one of the two rings (the
@@ -481,6 +489,8 @@ class FrMirror:
         """When torch's counters last changed (monotonic), as of ``_quiet_issued``."""
         self._quiet_read = False
         """This quiet spell's read was made."""
+        self._behind_checked = float("-inf")
+        """When ``_quiet_and_behind`` last asked ``_behind`` (monotonic)."""
 
     # --- when ------------------------------------------------------------------------------
 
@@ -534,6 +544,9 @@ class FrMirror:
         if issued != self._quiet_issued:
             self._quiet_issued, self._quiet_since, self._quiet_read = issued, now, False
         if not self._behind_since_read:  # once per read: ``_behind`` walks every op since
+            if now - self._behind_checked < BEHIND_CHECK_S:
+                return False
+            self._behind_checked = now
             if not self._behind(counters):
                 self.ring.mark_complete(looked_ns)
                 return False
@@ -553,9 +566,9 @@ class FrMirror:
             return False
         self._scan_main()
         for name, count in stale.items():
-            hooked = self._hooked.get(name, set())
+            hooked = self._hooked.get(name)
             start = self._read_upto.get(name, 0)
-            if not hooked.issuperset(zip(repeat(False), range(start + 1, count + 1))):
+            if hooked is None or not hooked.covers(start + 1, count):
                 return True
             self._read_upto[name] = count
         # a job whose hooks see every collective may never read torch's FR: what they saw
@@ -627,10 +640,13 @@ class FrMirror:
         if end == self._cursor:
             return
         names = self.main.group_names()
-        for group, keys in self.main.collective_keys(self._cursor, end).items():
+        for group, (collectives, p2p) in self.main.collective_keys(self._cursor, end).items():
             name = names.get(group)
             if name is not None:
-                self._hooked.setdefault(name, set()).update(keys)
+                hooked = self._hooked.get(name)
+                if hooked is None:
+                    hooked = self._hooked[name] = HookedSeqs()
+                hooked.add(collectives, p2p)
         self._cursor = end
 
     def read(self) -> str | None:
@@ -713,7 +729,8 @@ class FrMirror:
             start = self._read_upto.get(name, 0) + 1
             if count < start:
                 continue
-            hooked = {seq for p2p, seq in self._hooked.get(name, ()) if not p2p}
+            seqs = self._hooked.get(name)
+            hooked = seqs.collective_seqs() if seqs is not None else set()
             lost = set(range(start, count + 1)) - hooked - held.get(name, set())
             for first, last in _runs(sorted(lost)):
                 self.ring.note_gap(name, first, last)
@@ -777,7 +794,8 @@ class FrMirror:
         ):
             name = str(group_names[group_key]) if group_key is not None else "None"
             seq, p2p_seq = seq or 0, p2p_seq or 0
-            if (bool(is_p2p), p2p_seq if is_p2p else seq) in self._hooked.get(name, ()):
+            hooked = self._hooked.get(name)
+            if hooked is not None and (bool(is_p2p), p2p_seq if is_p2p else seq) in hooked:
                 continue
             entry: dict[str, Any] | None = None  # the row as a dict, made once if needed
             group_timeout = (group_key, timeout_at[i])
@@ -884,12 +902,13 @@ class FrMirror:
 
     def _prune(self) -> None:
         """Forget hooked seqs far behind every group's newest (torch's buffer no longer
-        holds them, so no read can bring them back)."""
+        holds them, so no read can bring them back). Only once a group holds twice what it
+        keeps: a set rebuilt at every look would cost tens of thousands of tuples a look."""
         keep = 4 * self.main.capacity
         for name, seqs in self._hooked.items():
-            if len(seqs) > keep:
+            if len(seqs) > 2 * keep:
                 newest = self._read_upto.get(name, 0)
-                self._hooked[name] = {s for s in seqs if s[1] > newest - keep}
+                seqs.forget_before(newest - keep + 1)
 
     def close(self) -> None:
         self.ring.close()

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
 
@@ -426,28 +427,45 @@ class RingWriter:
             slots = np.frombuffer(data, dtype)
             yield slots[(slots["record"] >= start) & (slots["state"] != EMPTY)]
 
-    def collective_keys(self, first_record: int, end: int) -> dict[int, list[tuple[bool, int]]]:
-        """Per group, (is p2p, seq) of the records ``first_record`` to ``end`` the ring still
-        holds: the collective seq, or a point-to-point op's own. The watch asks a few times
-        a second, over every record since its last look: the slots are decoded as arrays
-        and each group's keys made in one pass in C (a Python loop over the slots cost the
-        watch 2-3 µs a record: 0.2-0.4% of a tight all_reduce loop's CPU)."""
-        found: dict[int, list[tuple[bool, int]]] = {}
+    def collective_keys(
+        self, first_record: int, end: int
+    ) -> dict[int, tuple[range | list[int], list[int]]]:
+        """Per group, the collective seqs (a range where they are consecutive, as the hooks
+        write them) and the point-to-point ops' own seqs of the records ``first_record`` to
+        ``end`` the ring still holds, in record order. The watch asks a few times a second,
+        over every record since its last look: the slots are decoded as arrays and each
+        group's seqs found in one pass in C (a Python loop over the slots cost the watch
+        2-3 µs a record: 0.2-0.4% of a tight all_reduce loop's CPU)."""
+        listed: dict[int, tuple[list[int], list[int]]] = {}
+        arrays: dict[int, tuple[list[Any], list[int]]] = {}
         for held in self._held(first_record, end):
             if isinstance(held, list):
                 for s in held:
-                    p2p = s[6] >= 0
-                    found.setdefault(s[1], []).append((p2p, s[3] if p2p else s[2]))
+                    collectives, p2p = listed.setdefault(s[1], ([], []))
+                    if s[6] >= 0:
+                        p2p.append(s[3])
+                    else:
+                        collectives.append(s[2])
                 continue
             import numpy as np
 
             p2p_ops = held["peer"] >= 0
-            seqs = np.where(p2p_ops, held["p2p_seq"], held["seq"])
             groups = held["group"]
             for group in np.unique(groups).tolist():
                 mine = groups == group
-                found.setdefault(group, []).extend(
-                    zip(p2p_ops[mine].tolist(), seqs[mine].tolist(), strict=True)
+                parts, p2p = arrays.setdefault(group, ([], []))
+                parts.append(held["seq"][mine & ~p2p_ops])
+                p2p += held["p2p_seq"][mine & p2p_ops].tolist()
+        found = {group: (_as_range(c), p) for group, (c, p) in listed.items()}
+        if arrays:
+            import numpy as np
+
+            for group, (parts, p2p) in arrays.items():
+                seqs = np.concatenate(parts) if len(parts) > 1 else parts[0]
+                consecutive = len(seqs) > 0 and bool((np.diff(seqs) == 1).all())
+                found[group] = (
+                    range(int(seqs[0]), int(seqs[-1]) + 1) if consecutive else seqs.tolist(),
+                    p2p,
                 )
         return found
 
@@ -777,3 +795,10 @@ def append_flushed(base: Path, incident: str) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def _as_range(seqs: list[int]) -> range | list[int]:
+    """``seqs`` as a range where they are consecutive and increasing."""
+    if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and all(b == a + 1 for a, b in pairwise(seqs)):
+        return range(seqs[0], seqs[-1] + 1)
+    return seqs
