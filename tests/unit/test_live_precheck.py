@@ -183,3 +183,69 @@ def test_live_settings_from_the_environment(
     environ: dict[str, str], expected: config.LiveSettings
 ) -> None:
     assert config.live_settings(environ) == expected
+
+
+def _heads(
+    rank: int,
+    seqs: range,
+    *,
+    size: int = 8,
+    site: str | None = "train.py:10 in step",
+    mirrored: bool = False,
+) -> list[Head]:
+    return [
+        Head(
+            rank=rank,
+            group="0",
+            seq=seq,
+            fingerprint=fingerprint(signature("all_reduce", size)),
+            op="all_reduce",
+            site=site,
+            created_ns=seq,
+            members=(0, 1),
+            group_key="0|0,1",
+            mirrored=mirrored,
+        )
+        for seq in seqs
+    ]
+
+
+def test_agreeing_members_leave_nothing_on_the_board() -> None:
+    """Thousands of collectives every member issued alike: no candidate, and nothing kept
+    once every member has reached them (the board's memory is what members lag by)."""
+    board = Board()
+    for look in range(5):
+        seqs = range(1 + 1000 * look, 1 + 1000 * (look + 1))
+        assert board.add(_heads(0, seqs) + _heads(1, seqs[:-10]), (0, 1)) == []
+    [group] = board._groups.values()
+    assert sum(len(rows) for rows in group.pending) == 10  # rank 0's lead alone
+
+
+def test_collectives_that_come_late_are_compared_with_those_of_their_look() -> None:
+    """A mixed group: the hooked collectives moved both ranks past #3, whose records
+    came later through the torch ring (a read of torch's FR), in one look."""
+    board = Board()
+    assert board.add(_heads(0, range(4, 9)) + _heads(1, range(4, 9)), (0, 1)) == []
+    [candidate] = board.add(
+        _heads(0, range(3, 4), size=4, site=None, mirrored=True)
+        + _heads(1, range(3, 4), size=6, site=None, mirrored=True),
+        (0, 1),
+    )
+    assert (candidate.seq, candidate.ranks) == (3, [0, 1])
+    assert all(head.mirrored and head.site is None for head in candidate.heads)
+
+
+def test_a_site_differs_from_every_known_site_whatever_the_order() -> None:
+    """Three members: one without a known site (its record came through the torch ring)
+    and two whose sites differ."""
+    board = Board()
+    heads = (
+        _heads(0, range(1, 2), site=None, mirrored=True)
+        + _heads(1, range(1, 2), site="train.py:10 in step")
+        + _heads(2, range(1, 2), site="train.py:20 in step")
+    )
+    for head in heads:
+        head.members = WORLD
+        head.group_key = "0|0,1,2"
+    [candidate] = board.add(heads, WORLD)
+    assert candidate.ranks == [0, 1, 2]

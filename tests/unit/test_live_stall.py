@@ -101,3 +101,40 @@ def test_the_threshold_grows_with_the_observed_step() -> None:
     assert watch.check(T0 + 150 * S, {0, 1}, never) == []  # 50 s: a slow step, not a stall
     [stall] = watch.check(T0 + 201 * S, {0, 1}, never)
     assert stall.threshold_s == 100.0 and stall.laggards == (1,)
+
+
+def test_the_step_is_found_whatever_the_ids() -> None:
+    """The collectives are told apart by their (group, fingerprint, site) ids packed into
+    one integer while they fit, else row by row: both give the same keys."""
+    import numpy as np
+
+    from fr_otel.live.columns import Columns
+    from fr_otel.live.stall import _by_key
+
+    def rows(offset: int) -> Columns:
+        key = np.array([0, 0, 1, 0, 1], np.int64) + offset
+        return Columns(
+            rank=np.zeros(5, np.int64),
+            key=key,
+            seq=np.arange(5, dtype=np.int64),
+            fp=np.array([3, 3, 3, 4, 3], np.int64) + offset,
+            site=np.array([-1, -1, 2, -1, 2], np.int64),
+            created=np.arange(5, dtype=np.int64) * 10,
+            mirrored=np.zeros(5, bool),
+        )
+
+    def found(offset: int) -> dict[tuple[int, int, int], list[int]]:
+        return {
+            (k - offset, f - offset, s): created.tolist()
+            for (k, f, s), created in _by_key(rows(offset))
+        }
+
+    assert (
+        found(0)
+        == found(1 << 40)
+        == {
+            (0, 3, -1): [0, 10],
+            (1, 3, 2): [20, 40],
+            (0, 4, -1): [30],
+        }
+    )

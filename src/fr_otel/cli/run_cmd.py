@@ -111,10 +111,15 @@ def _start_live_check(settings: config.RecorderSettings) -> LiveCheck | None:
     live = config.live_settings()
     if not live.enabled or config.recorder_disabled():
         return None
-    from fr_otel.live.agent import LiveCheck
 
     def say(text: str) -> None:
         click.echo(f"fr-otel: {text}", err=True)
+
+    try:
+        from fr_otel.live.agent import LiveCheck
+    except ImportError as exc:  # numpy: torch's installs bring it, fr-otel[torch] too
+        say(f"live check off: {exc} (pip install 'fr-otel[torch]')")
+        return None
 
     check = LiveCheck(
         settings=settings,

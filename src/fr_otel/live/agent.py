@@ -2,7 +2,8 @@
 runs, and names a desync's culprit within seconds.
 
 Each look (``LiveSettings.interval_s``, twice a second by default) reads what every local
-rank issued since the last one (``heads``), places it on the board (``compare``), and
+rank issued since the last one (``heads``, as ``columns``), places it on the board
+(``compare``), and
 hands each complete candidate to the analyzer (``confirm``). The first confirmed desync is
 the verdict: said at once (``on_verdict``), followed by an incident every rank flushes
 (``declare``), its record written into the archive (``verdict``), and, with the ``abort``
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fr_otel.config import LiveSettings, RecorderSettings
+from fr_otel.live.columns import Ids
 from fr_otel.live.compare import Board, Candidate
 from fr_otel.live.confirm import analyse_rings
 from fr_otel.live.declare import declare, wait_for_flush
@@ -121,8 +123,9 @@ class LiveCheck:
         self._on_notice = on_notice
         self._end_job = end_job
         self._rings: dict[Path, RankRings] = {}
-        self._board = Board()
-        self._stalls = StallWatch(live.stall_s)
+        self._ids = Ids()
+        self._board = Board(self._ids)
+        self._stalls = StallWatch(live.stall_s, self._ids)
         self._asked: list[_Asked] = []
         self.suspects: list[StallSuspect] = []
         self._pending: list[_Trial] = []
@@ -191,11 +194,11 @@ class LiveCheck:
         last, once the job has ended (every candidate still open is analysed)."""
         self.looks += 1
         self._find_rings()
-        heads = []
+        looked = []
         blind: dict[int, str] = {}
         for rings in self._rings.values():
             try:
-                heads += rings.new_heads()
+                looked.append(rings.new_columns(self._ids))
             except (OSError, ValueError) as exc:
                 blind[rings.rank] = str(exc)
         self._note_blind(blind)
@@ -205,8 +208,8 @@ class LiveCheck:
             for rings in self._rings.values()
             if rings.rank not in blind and _running(rings)
         ]
-        self._pending += [_Trial(candidate=c) for c in self._board.add(heads, running)]
-        self._stalls.add(heads)
+        self._pending += [_Trial(candidate=c) for c in self._board.add_columns(looked, running)]
+        self._stalls.add_columns(looked)
         if not final:
             self._look_for_stalls(running)
         self._confirm_pending(running, final)

@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 
-from fr_otel.live.heads import Head
+import numpy as np
+
+from fr_otel.live.columns import UNKNOWN, Columns, Ids
+from fr_otel.live.heads import Head, columns_of, head_at
 
 SLOTS_PER_GROUP = 8192
 """Slots a group keeps while some local member has not reached them (the oldest go
@@ -65,18 +68,16 @@ def _differ(one: Head, other: Head) -> bool:
     return one.site is not None and other.site is not None and one.site != other.site
 
 
-_Key = str
-"""A group: its name and its members (``Head.group_key``)."""
-
-
 @dataclass(kw_only=True)
 class _Group:
-    slots: dict[int, dict[int, Head]] = field(default_factory=dict)
-    """seq -> rank -> head, for slots some local member has not reached yet."""
-    batched: set[int] = field(default_factory=set)
+    members: tuple[int, ...] | None
     reached: dict[int, int] = field(default_factory=dict)
     """rank -> the newest seq it issued in the group."""
-    members: tuple[int, ...] | None
+    pending: list[Columns] = field(default_factory=list)
+    """Rows no settle has compared yet."""
+    settled: int = -1
+    """Seqs up to here were compared (a row that comes for one later is compared with
+    the others of its look alone)."""
 
     def lowest(self, local: frozenset[int]) -> int | None:
         """The newest seq every running local member has reached (None: none runs); a
@@ -88,92 +89,100 @@ class _Group:
 
 class Board:
     """The collectives of this host's ranks, per group and slot (see the module's
-    docstring)."""
+    docstring). Rows come as columns (``columns``); a slot whose members agree costs
+    array operations, never an object."""
 
-    def __init__(self) -> None:
-        self._groups: dict[_Key, _Group] = {}
-        self._differing: set[tuple[_Key, int]] = set()
-        """Slots whose members differ, waiting for the rest of the group."""
+    def __init__(self, ids: Ids | None = None) -> None:
+        self.ids = ids if ids is not None else Ids()
+        self._groups: dict[int, _Group] = {}
         self._local: frozenset[int] = frozenset()
 
     def add(self, heads: Iterable[Head], running: Collection[int]) -> list[Candidate]:
-        """Place new heads; return the candidates now complete. ``running``: the ranks
+        """``add_columns`` for heads made one by one."""
+        return self.add_columns([columns_of(heads, self.ids)], running)
+
+    def add_columns(self, looked: Iterable[Columns], running: Collection[int]) -> list[Candidate]:
+        """Place a look's rows; return the candidates now complete. ``running``: the ranks
         whose rings this host holds and that still run (a slot waits for those alone)."""
         local = frozenset(running)
-        touched: set[tuple[_Key, int]] = set()
-        moved: set[_Key] = set()
-        for head in heads:
-            # one name can stand for several groups (a mesh's tp groups, replicas): a
-            # group is its name and its members
-            key = head.group_key
-            moved.add(key)
-            group = self._groups.get(key)
-            if group is None:
-                group = self._groups[key] = _Group(members=head.members)
-            group.reached[head.rank] = max(group.reached.get(head.rank, head.seq), head.seq)
-            if head.seq in group.batched:
+        moved: set[int] = set()
+        for rows in looked:
+            if not len(rows):
                 continue
-            at = group.slots.setdefault(head.seq, {})
-            if head.rank in at:  # a second collective at one seq: a batch
-                group.batched.add(head.seq)
-                del group.slots[head.seq]
-                self._differing.discard((key, head.seq))
-                continue
-            at[head.rank] = head
-            touched.add((key, head.seq))
-        for key, seq in touched:
-            held = self._groups[key].slots.get(seq)
-            if held is not None and len(held) > 1:
-                first, *others = held.values()
-                if any(_differ(first, other) for other in others):
-                    self._differing.add((key, seq))
-        found = []
-        lowest = {key: group.lowest(local) for key, group in self._groups.items()}
-        for key, seq in sorted(self._differing):
-            low = lowest[key]
-            if low is not None and low < seq:
-                continue
-            self._differing.discard((key, seq))
-            group = self._groups[key]
-            at = group.slots.pop(seq, {})
-            heads_there = tuple(at[r] for r in sorted(at))
-            found.append(
-                Candidate(
-                    group=heads_there[0].group,
-                    members=group.members,
-                    seq=seq,
-                    heads=heads_there,
-                )
-            )
+            for key, mine in rows.by_group():
+                group = self._groups.get(key)
+                if group is None:
+                    group = self._groups[key] = _Group(members=self.ids.groups[key].members)
+                for rank, its in mine.by_rank():
+                    newest = int(its.seq.max())
+                    group.reached[rank] = max(group.reached.get(rank, newest), newest)
+                group.pending.append(mine)
+                moved.add(key)
         # a slot is settled when a member reaches it or a member stops: only groups that
-        # got heads are looked at again, unless the running ranks changed
+        # got rows are looked at again, unless the running ranks changed
         changed = local != self._local
         self._local = local
+        found = []
         for key, group in self._groups.items():
-            if not changed and key not in moved:
+            if not group.pending or (not changed and key not in moved):
                 continue
-            low = lowest[key]
-            for seq in [s for s in group.slots if (key, s) not in self._differing]:
-                if low is None or seq <= low:
-                    del group.slots[seq]  # every local member issued the same: nothing to see
-            _trim(key, group, self._differing)
+            low = group.lowest(local)
+            upto = low if low is not None else max(group.reached.values())
+            found += self._settle(key, group, max(upto, group.settled))
+        return sorted(found, key=lambda c: (c.heads[0].group_key, c.seq))
+
+    def _settle(self, key: int, group: _Group, upto: int) -> list[Candidate]:
+        """Compare the pending rows up to ``upto``; keep the rest (the newest
+        ``SLOTS_PER_GROUP`` seqs)."""
+        rows = Columns.concat(group.pending)
+        due = rows.seq <= upto
+        later = rows.select(~due)
+        if len(later):
+            later = later.select(later.seq > max(group.reached.values()) - SLOTS_PER_GROUP)
+        group.pending = [later] if len(later) else []
+        group.settled = upto
+        if due.sum() < 2:
+            return []
+        rows = rows.select(due)
+        order = np.lexsort((rows.rank, rows.seq))
+        seq, rank = rows.seq[order], rows.rank[order]
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        if len(starts) == len(seq):
+            return []  # one member's row at each seq: nothing to compare
+        fp = rows.fp[order]
+        site = rows.site[order]
+        known = site != UNKNOWN
+        # members differ by fingerprint, or by call site where both know theirs
+        low_site = np.minimum.reduceat(np.where(known, site, np.iinfo(np.int64).max), starts)
+        high_site = np.maximum.reduceat(np.where(known, site, -1), starts)
+        differ = (np.minimum.reduceat(fp, starts) != np.maximum.reduceat(fp, starts)) | (
+            (high_site >= 0) & (low_site != high_site)
+        )
+        if not differ.any():
+            return []
+        # a second collective of one rank at one seq: a batch, left to the incident
+        twice = np.flatnonzero((seq[1:] == seq[:-1]) & (rank[1:] == rank[:-1]))
+        batched = set(seq[twice + 1].tolist())
+        found = []
+        ends = np.r_[starts[1:], len(seq)]
+        for at in np.flatnonzero(differ).tolist():
+            if int(seq[starts[at]]) in batched:
+                continue
+            heads = tuple(head_at(self.ids, rows, int(row)) for row in order[starts[at] : ends[at]])
+            found.append(
+                Candidate(
+                    group=heads[0].group, members=group.members, seq=heads[0].seq, heads=heads
+                )
+            )
         return found
 
     def frontier(self, candidate: Candidate, running: Collection[int]) -> int:
         """The newest seq every running local member of the candidate's group has
         reached (when none runs, the newest any reached): how far the analysis of a
         snapshot reads the group."""
-        group = self._groups.get(candidate.heads[0].group_key)
+        key = self.ids.group_of(candidate.heads[0].group_key)
+        group = self._groups.get(key) if key is not None else None
         if group is None:
             return candidate.seq
         low = group.lowest(frozenset(running))
         return low if low is not None else max(group.reached.values(), default=candidate.seq)
-
-
-def _trim(key: _Key, group: _Group, differing: set[tuple[_Key, int]]) -> None:
-    if len(group.slots) > SLOTS_PER_GROUP:
-        for seq in sorted(group.slots)[: len(group.slots) - SLOTS_PER_GROUP]:
-            del group.slots[seq]
-            differing.discard((key, seq))
-    if len(group.batched) > SLOTS_PER_GROUP:
-        group.batched = set(sorted(group.batched)[-SLOTS_PER_GROUP:])

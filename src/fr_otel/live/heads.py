@@ -5,7 +5,9 @@ nothing when nothing happened. ``read_ring`` decodes a whole ring (20,000 slots 
 default, tens of milliseconds); here each look reads the ring's record counter (8 bytes)
 and only the slots written since, with ``pread``. What slots refer to (groups,
 signatures, call sites) is read with ``read_ring`` only when a meta file has grown, which
-a running job's rarely do once its first step has interned them.
+a running job's rarely do once its first step has interned them. The slots come as
+columns (``columns``): decoded with numpy, their indexes turned into the host's ids by
+one array lookup per ring.
 
 A rank's record is two rings (``ring.torch_ring_base``): the hooks' (written at the call)
 and the torch ring (what only torch's Flight Recorder saw: DDP's buckets, functional
@@ -17,11 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from fr_otel.analysis.sqlfiles import VARIABLE_SIZE_OPS
+from fr_otel.live.columns import UNKNOWN, Columns, GroupKey, Ids, empty
 from fr_otel.recorder.ring import (
     COMPLETE_AS_OF,
     COMPLETE_AS_OF_OFFSET,
@@ -31,14 +37,13 @@ from fr_otel.recorder.ring import (
     NEXT_RECORD_OFFSET,
     RING_SUFFIX,
     TORCH_INDEX_OFFSET,
-    GroupInfo,
     RankEnd,
     RingContents,
     Signature,
     read_ring,
     torch_ring_base,
 )
-from fr_otel.recorder.slot import EMPTY, SLOT, SLOT_SIZE
+from fr_otel.recorder.slot import EMPTY, SLOT_SIZE, slot_dtype
 from fr_otel.stacks import call_site
 
 _VARIABLE_SIZE = frozenset(VARIABLE_SIZE_OPS)
@@ -46,9 +51,8 @@ _VARIABLE_SIZE = frozenset(VARIABLE_SIZE_OPS)
 
 @dataclass(kw_only=True, slots=True)
 class Head:
-    """One collective a rank issued, as the ranks' heads are compared. A value, never
-    changed once made; not frozen, which would triple what making one costs (2.8 µs
-    against 0.9), and the agent makes one per collective of every local rank."""
+    """One collective a rank issued, as the agent reports it (a candidate's, a stall's):
+    made only for those; the looks compare columns (``columns``)."""
 
     rank: int
     group: str
@@ -68,9 +72,8 @@ class Head:
     mirrored: bool = False
     """From the torch ring: in the rank's rings only since its last read of torch's FR."""
     group_key: str
-    """The group's name and members as one string: one name can stand for several groups
-    (a mesh's tp groups), and a string keeps its hash where a tuple of 1,024 members
-    would be hashed again at every lookup (25 µs each)."""
+    """The group's name and members as one string (``group_key``): one name can stand for
+    several groups (a mesh's tp groups)."""
 
 
 def fingerprint(signature: Signature) -> Hashable:
@@ -120,26 +123,29 @@ class _Cursor:
         self._fd, self._capacity = fd, capacity
         return True
 
-    def read(self) -> list[tuple[int, ...]]:
+    def read(self) -> Any:
+        """The slots written since the last read, as a numpy structured array
+        (``slot.slot_dtype``)."""
+        dtype = slot_dtype()
         if not self._open() or self._fd is None:
-            return []
+            return np.empty(0, dtype)
         (end,) = NEXT_RECORD.unpack(os.pread(self._fd, NEXT_RECORD.size, NEXT_RECORD_OFFSET))
         self.bytes_read += NEXT_RECORD.size
         if end < self.next:  # a rank that restarted with this number took the file over
             self.next = 0
         start, self.next = max(self.next, end - self._capacity), end
-        found: list[tuple[int, ...]] = []
+        found = []
         for first, count in _runs(start, end, self._capacity):
             offset = HEADER_SIZE + (first % self._capacity) * SLOT_SIZE
             data = os.pread(self._fd, count * SLOT_SIZE, offset)
             self.bytes_read += len(data)
+            slots = np.frombuffer(data, dtype, len(data) // SLOT_SIZE)
             # a slot the writer is reusing for a newer record meanwhile is left out
-            found += (
-                slot
-                for record, slot in enumerate(SLOT.iter_unpack(data), first)
-                if slot[0] == record and slot[9] != EMPTY
-            )
-        return found
+            expected = np.arange(first, first + len(slots), dtype=np.int64)
+            found.append(slots[(slots["record"] == expected) & (slots["state"] != EMPTY)])
+        if not found:
+            return np.empty(0, dtype)
+        return np.concatenate(found) if len(found) > 1 else found[0]
 
     def complete_as_of(self) -> int:
         """The ring's ``COMPLETE_AS_OF`` (0: not known, or no ring yet)."""
@@ -182,9 +188,10 @@ class RankRings:
         self._meta_sizes: tuple[int, ...] = ()
         self.contents: RingContents | None = None
         """The rank's meta (``read_ring``), as of the last time a meta file grew."""
-        self._fingerprints: dict[int, Hashable] = {}
-        self._sites: dict[int, str | None] = {}
-        self._group_keys: dict[int, str] = {}
+        self._ids: Ids | None = None
+        self._lookups: dict[int, _Lookup] = {}
+        """Per ring (its index offset): its indexes as the ids of ``Ids``, as of
+        ``contents``."""
 
     @property
     def ended(self) -> RankEnd | None:
@@ -197,50 +204,45 @@ class RankRings:
         # the meta alone: the cursors read the slots
         contents = read_ring(self.base, self.rank, slots=False)
         self.contents, self._meta_sizes = contents, sizes
-        self._fingerprints.clear()
-        self._group_keys.clear()
-        self._sites.clear()
+        self._lookups.clear()
         return contents
 
-    def new_heads(self) -> list[Head]:
-        """The collectives issued since the last call (point-to-point ops left out).
+    def new_columns(self, ids: Ids) -> Columns:
+        """The collectives issued since the last call (point-to-point ops left out), their
+        groups, fingerprints and sites as ``ids``' (one ``Ids`` for every rank read).
         Raises ``OSError`` or ``ValueError`` (``RingFormatError``) for a ring that cannot
         be read."""
-        slots = [(cursor.index_offset, slot) for cursor in self._cursors for slot in cursor.read()]
-        contents = self._refresh()
-        if not slots:
-            return []
-        if any(
-            slot[1] + offset not in contents.groups or slot[4] + offset not in contents.signatures
-            for offset, slot in slots
-        ):
-            # interned after the last read of the meta (the writer appends a line before
-            # the first slot that uses it)
-            contents = self._refresh(force=True)
-        heads = []
-        for offset, slot in slots:
-            _, group_index, seq, _, sig_index, site_index, peer, created_ns, *_ = slot
-            group = contents.groups.get(group_index + offset)
-            signature = contents.signatures.get(sig_index + offset)
-            if group is None or signature is None or peer >= 0 or signature.is_p2p:
+        if self._ids is not ids:
+            self._ids = ids
+            self._lookups.clear()
+        read = [(cursor.index_offset, cursor.read()) for cursor in self._cursors]
+        self._refresh()
+        parts = []
+        for offset, slots in read:
+            slots = slots[slots["peer"] < 0]
+            if not len(slots):
                 continue
-            heads.append(
-                Head(
-                    rank=self.rank,
-                    group=group.name,
-                    seq=seq,
-                    fingerprint=self._fingerprint(sig_index + offset, signature),
-                    op=getattr(signature, "api", None) or signature.op,
-                    # the torch ring's records carry no call site of the user's
-                    site=self._site(site_index) if offset == 0 else None,
-                    created_ns=created_ns,
-                    members=group.ranks,
-                    group_key=self._group_key(group_index + offset, group),
-                    mirrored=offset != 0,
-                    group_desc=group.desc,
-                )
-            )
-        return heads
+            lookup = self._lookup(offset, ids)
+            if not lookup.knows(slots):
+                # interned after the last read of the meta (the writer appends a line
+                # before the first slot that uses it)
+                self._refresh(force=True)
+                lookup = self._lookup(offset, ids)
+            parts.append(lookup.columns(self.rank, slots, mirrored=offset != 0))
+        return Columns.concat(parts) if parts else empty()
+
+    def new_heads(self, ids: Ids | None = None) -> list[Head]:
+        """``new_columns`` as heads, one by one."""
+        ids = ids if ids is not None else self._ids or Ids()
+        rows = self.new_columns(ids)
+        return [head_at(ids, rows, row) for row in range(len(rows))]
+
+    def _lookup(self, offset: int, ids: Ids) -> _Lookup:
+        known = self._lookups.get(offset)
+        if known is None:
+            assert self.contents is not None
+            known = self._lookups[offset] = _Lookup.of(self.contents, offset, ids)
+        return known
 
     @property
     def bytes_read(self) -> int:
@@ -253,27 +255,6 @@ class RankRings:
         (``ring.COMPLETE_AS_OF``)."""
         return self._cursors[1].complete_as_of()
 
-    def _fingerprint(self, index: int, signature: Signature) -> Hashable:
-        known = self._fingerprints.get(index)
-        if known is None:
-            known = self._fingerprints[index] = fingerprint(signature)
-        return known
-
-    def _group_key(self, index: int, group: GroupInfo) -> str:
-        known = self._group_keys.get(index)
-        if known is None:
-            members = "?" if group.ranks is None else ",".join(map(str, group.ranks))
-            known = self._group_keys[index] = f"{group.name}|{members}"
-        return known
-
-    def _site(self, index: int) -> str | None:
-        if index not in self._sites:
-            frames = self.contents.sites.get(index) if self.contents is not None else None
-            self._sites[index] = call_site(
-                [{"name": n, "filename": f, "line": line} for n, f, line in frames or ()]
-            )
-        return self._sites[index]
-
     def close(self) -> None:
         for cursor in self._cursors:
             cursor.close()
@@ -284,3 +265,164 @@ def _size(path: Path) -> int:
         return os.stat(path).st_size
     except OSError:
         return -1
+
+
+_NOT_KNOWN = -2
+"""An index the meta does not name (yet)."""
+_LEFT_OUT = -3
+"""A signature of a point-to-point op: not compared."""
+
+
+def _table(known: dict[int, int]) -> Any:
+    table = np.full(max(known, default=-1) + 1, _NOT_KNOWN, np.int64)
+    for index, value in known.items():
+        table[index] = value
+    return table
+
+
+def _at(table: Any, indexes: Any) -> Any:
+    inside = (indexes >= 0) & (indexes < len(table))
+    return np.where(inside, table[np.where(inside, indexes, 0)] if len(table) else 0, _NOT_KNOWN)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Lookup:
+    """One ring's group, signature and site indexes as ids of ``Ids`` (arrays indexed by
+    the slot's own index)."""
+
+    groups: Any
+    fingerprints: Any
+    sites: Any | None
+    """None: the ring's records carry no call site of the user's (the torch ring)."""
+
+    @staticmethod
+    def of(contents: RingContents, offset: int, ids: Ids) -> _Lookup:
+        top = offset + TORCH_INDEX_OFFSET if offset == 0 else float("inf")
+
+        def mine(index: int) -> bool:
+            return offset <= index < top
+
+        groups = {
+            index - offset: ids.group(
+                GroupKey(
+                    key=group_key(group.name, group.ranks),
+                    name=group.name,
+                    desc=group.desc,
+                    members=group.ranks,
+                )
+            )
+            for index, group in contents.groups.items()
+            if mine(index)
+        }
+        fingerprints = {
+            index - offset: (
+                _LEFT_OUT
+                if signature.is_p2p
+                else ids.fingerprint(
+                    fingerprint(signature), getattr(signature, "api", None) or signature.op
+                )
+            )
+            for index, signature in contents.signatures.items()
+            if mine(index)
+        }
+        sites = None
+        if offset == 0:
+            sites = {
+                index: ids.site(
+                    call_site([{"name": n, "filename": f, "line": line} for n, f, line in frames])
+                )
+                for index, frames in contents.sites.items()
+            }
+        return _Lookup(
+            groups=_table(groups),
+            fingerprints=_table(fingerprints),
+            sites=_table(sites) if sites is not None else None,
+        )
+
+    def knows(self, slots: Any) -> bool:
+        """Every slot's group and signature are named."""
+        return bool(
+            (_at(self.groups, slots["group"]) != _NOT_KNOWN).all()
+            and (_at(self.fingerprints, slots["signature"]) != _NOT_KNOWN).all()
+        )
+
+    def columns(self, rank: int, slots: Any, *, mirrored: bool) -> Columns:
+        groups = _at(self.groups, slots["group"])
+        fps = _at(self.fingerprints, slots["signature"])
+        keep = (groups >= 0) & (fps >= 0)  # unnamed even after a read of the meta: left out
+        if not keep.all():
+            slots, groups, fps = slots[keep], groups[keep], fps[keep]
+        if self.sites is None:
+            sites = np.full(len(slots), UNKNOWN, np.int64)
+        else:
+            sites = _at(self.sites, slots["site"])
+            sites[sites < 0] = UNKNOWN
+        return Columns(
+            rank=np.full(len(slots), rank, np.int64),
+            key=groups,
+            seq=slots["seq"].astype(np.int64),
+            fp=fps,
+            site=sites,
+            created=slots["created_ns"].astype(np.int64),
+            mirrored=np.full(len(slots), mirrored, bool),
+        )
+
+
+def group_key(name: str, members: tuple[int, ...] | None) -> str:
+    """A group's name and members as one string (``Head.group_key``)."""
+    return f"{name}|{'?' if members is None else ','.join(map(str, members))}"
+
+
+def head_at(ids: Ids, rows: Columns, row: int) -> Head:
+    """Row ``row`` of ``rows`` as a ``Head``."""
+    group = ids.groups[int(rows.key[row])]
+    fp = int(rows.fp[row])
+    site = int(rows.site[row])
+    return Head(
+        rank=int(rows.rank[row]),
+        group=group.name,
+        seq=int(rows.seq[row]),
+        fingerprint=ids.fingerprints[fp],
+        op=ids.ops[fp],
+        site=ids.sites[site] if site != UNKNOWN else None,
+        created_ns=int(rows.created[row]),
+        members=group.members,
+        group_desc=group.desc,
+        mirrored=bool(rows.mirrored[row]),
+        group_key=group.key,
+    )
+
+
+def columns_of(heads: Iterable[Head], ids: Ids) -> Columns:
+    """Heads made one by one (the tests'), as columns."""
+    rows = [
+        (
+            head.rank,
+            ids.group(
+                GroupKey(
+                    key=head.group_key,
+                    name=head.group,
+                    desc=head.group_desc,
+                    members=head.members,
+                )
+            ),
+            head.seq,
+            ids.fingerprint(head.fingerprint, head.op),
+            ids.site(head.site),
+            head.created_ns,
+            head.mirrored,
+        )
+        for head in heads
+    ]
+    if not rows:
+        return empty()
+    rank, key, seq, fp, site, created, mirrored = zip(*rows, strict=True)
+    return Columns(
+        rank=np.array(rank, np.int64),
+        key=np.array(key, np.int64),
+        seq=np.array(seq, np.int64),
+        fp=np.array(fp, np.int64),
+        site=np.array(site, np.int64),
+        created=np.array(created, np.int64),
+        mirrored=np.array(mirrored, bool),
+    )

@@ -27,10 +27,14 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable, Collection, Hashable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from fr_otel.live.heads import Head
+import numpy as np
+
+from fr_otel.live.columns import Columns, Ids
+from fr_otel.live.heads import Head, columns_of, head_at
 
 STEP_MULTIPLE = 5
 """The threshold is at least this many observed steps."""
@@ -63,23 +67,16 @@ class Stall:
 
 
 @dataclass(kw_only=True)
-class _First:
-    created_ns: int
-    op: str
-    site: str | None
-
-
-@dataclass(kw_only=True)
 class _Group:
-    name: str
-    desc: str | None
-    members: tuple[int, ...] | None
     reached: dict[int, int] = field(default_factory=dict)
     """rank -> the newest seq it issued in the group."""
-    issued: dict[int, _First] = field(default_factory=dict)
-    """seq -> its first issue, for seqs past the slowest running member."""
+    issued: list[Columns] = field(default_factory=list)
+    """Rows of seqs past the slowest running member (at the last check)."""
     mirrored: set[int] = field(default_factory=set)
     """Ranks whose collectives of this group came through the torch ring."""
+
+    def rows(self) -> int:
+        return sum(len(rows) for rows in self.issued)
 
 
 @dataclass(kw_only=True)
@@ -92,47 +89,56 @@ class _Period:
 class StallWatch:
     """The groups' progress on this host (see the module's docstring)."""
 
-    def __init__(self, threshold_s: float) -> None:
+    def __init__(self, threshold_s: float, ids: Ids | None = None) -> None:
         self.threshold_s = threshold_s
-        self._groups: dict[str, _Group] = {}
-        self._periods: dict[Hashable, _Period] = {}
-        self._step_key: Hashable | None = None
+        self.ids = ids if ids is not None else Ids()
+        self._groups: dict[int, _Group] = {}
+        self._periods: dict[tuple[int, int, int], _Period] = {}
+        self._step_key: tuple[int, int, int] | None = None
         self._period_rank: int | None = None
-        self._said: set[tuple[str, int]] = set()
+        self._said: set[tuple[int, int]] = set()
 
     def add(self, heads: Iterable[Head]) -> None:
-        for head in heads:
-            group = self._groups.get(head.group_key)
-            if group is None:
-                group = self._groups[head.group_key] = _Group(
-                    name=head.group, desc=head.group_desc, members=head.members
-                )
-            group.reached[head.rank] = max(group.reached.get(head.rank, head.seq), head.seq)
-            if head.mirrored:
-                group.mirrored.add(head.rank)
-            if head.seq not in group.issued or head.created_ns < group.issued[head.seq].created_ns:
-                group.issued[head.seq] = _First(
-                    created_ns=head.created_ns, op=head.op, site=head.site
-                )
-                if len(group.issued) > 2 * ISSUED_KEPT:  # a group no other local rank is in
-                    for seq in sorted(group.issued)[:ISSUED_KEPT]:
-                        del group.issued[seq]
-            if self._period_rank is None:
-                self._period_rank = head.rank
-            if head.rank == self._period_rank:  # one rank's collectives tell the step
-                self._note_period((head.group_key, head.fingerprint, head.site), head)
+        """``add_columns`` for heads made one by one."""
+        self.add_columns([columns_of(heads, self.ids)])
 
-    def _note_period(self, key: Hashable, head: Head) -> None:
-        period = self._periods.get(key)
-        if period is None:
-            period = self._periods[key] = _Period()
-        if period.count and head.created_ns > period.last_ns:
-            period.periods.append(head.created_ns - period.last_ns)
-        period.count += 1
-        period.last_ns = max(period.last_ns, head.created_ns)
-        best = self._periods.get(self._step_key) if self._step_key is not None else None
-        if best is None or period.count > best.count:
-            self._step_key = key
+    def add_columns(self, looked: Iterable[Columns]) -> None:
+        for rows in looked:
+            if not len(rows):
+                continue
+            for key, mine in rows.by_group():
+                group = self._groups.get(key)
+                if group is None:
+                    group = self._groups[key] = _Group()
+                for rank, its in mine.by_rank():
+                    newest = int(its.seq.max())
+                    group.reached[rank] = max(group.reached.get(rank, newest), newest)
+                    if its.mirrored.any():
+                        group.mirrored.add(rank)
+                group.issued.append(mine)
+                if group.rows() > 2 * ISSUED_KEPT:  # a group no other local rank is in
+                    _trim(group, -1)
+            if self._period_rank is None:
+                self._period_rank = int(rows.rank[0])
+            # one rank's collectives tell the step
+            self._note_periods(rows.select(rows.rank == self._period_rank))
+
+    def _note_periods(self, rows: Columns) -> None:
+        if not len(rows):
+            return
+        for key, created in _by_key(rows):
+            period = self._periods.get(key)
+            if period is None:
+                period = self._periods[key] = _Period()
+            before = np.maximum.accumulate(np.r_[period.last_ns, created])[:-1]
+            counted = period.count + np.arange(len(created))
+            gaps = (created - before)[(counted > 0) & (created > before)]
+            period.periods.extend(gaps[-PERIODS_KEPT:].tolist())
+            period.count += len(created)
+            period.last_ns = max(period.last_ns, int(created.max()))
+            best = self._periods.get(self._step_key) if self._step_key is not None else None
+            if best is None or period.count > best.count:
+                self._step_key = key
 
     @property
     def step_s(self) -> float | None:
@@ -158,27 +164,29 @@ class StallWatch:
         until when the rank's torch ring is known complete (ns; 0: not known)."""
         local = frozenset(running)
         threshold = self.effective_threshold_s
-        fronts: dict[str, tuple[int, list[int]]] = {}
+        fronts: dict[int, tuple[int, list[int]]] = {}
         ahead: set[int] = set()
         for key, group in self._groups.items():
-            members = group.members if group.members is not None else tuple(group.reached)
+            members = self._members(key, group)
             present = [rank for rank in members if rank in local]
             if len(present) < 2:
                 continue
             low = min(group.reached.get(rank, -1) for rank in present)
             _trim(group, low)
             waiting = [rank for rank in present if group.reached.get(rank, -1) > low]
-            if waiting:
+            if waiting and group.issued:
                 fronts[key] = (low, waiting)
                 ahead.update(waiting)
         found = []
         for key, (low, waiting) in fronts.items():
             group = self._groups[key]
-            seq = min(s for s in group.issued if s > low)
+            [rows] = group.issued
+            seq = int(rows.seq.min())
             if (key, seq) in self._said:
                 continue
-            first = group.issued[seq]
-            members = group.members if group.members is not None else tuple(group.reached)
+            at = np.flatnonzero(rows.seq == seq)
+            first = head_at(self.ids, rows, int(at[np.argmin(rows.created[at])]))
+            members = self._members(key, group)
             behind = [r for r in members if r in local and group.reached.get(r, -1) == low]
             late = []
             for rank in behind:
@@ -192,10 +200,10 @@ class StallWatch:
             self._said.add((key, seq))
             found.append(
                 Stall(
-                    group=group.name,
-                    group_desc=group.desc,
-                    group_key=key,
-                    members=group.members,
+                    group=first.group,
+                    group_desc=first.group_desc,
+                    group_key=first.group_key,
+                    members=first.members,
                     seq=seq,
                     op=first.op,
                     site=first.site,
@@ -208,11 +216,40 @@ class StallWatch:
             )
         return found
 
+    def _members(self, key: int, group: _Group) -> tuple[int, ...]:
+        members = self.ids.groups[key].members
+        return members if members is not None else tuple(group.reached)
+
+
+_BITS = 21
+"""Ids packed three to an int64 (as long as each is below 2**21: a host's distinct
+groups, fingerprints and sites)."""
+
+
+def _by_key(rows: Columns) -> Iterable[tuple[tuple[int, int, int], Any]]:
+    """(group, fingerprint, site) and the creation times of its rows, each key once."""
+    site = rows.site + 1  # UNKNOWN is -1
+    if max(int(rows.key.max()), int(rows.fp.max()), int(site.max())) < 1 << _BITS:
+        packed = (rows.key << (2 * _BITS)) | (rows.fp << _BITS) | site
+        if packed.min() == packed.max():
+            yield (int(rows.key[0]), int(rows.fp[0]), int(rows.site[0])), rows.created
+            return
+        for code in np.unique(packed).tolist():
+            key = (code >> (2 * _BITS), (code >> _BITS) & ((1 << _BITS) - 1))
+            yield (*key, (code & ((1 << _BITS) - 1)) - 1), rows.created[packed == code]
+        return
+    keys = np.stack([rows.key, rows.fp, rows.site], axis=1)
+    distinct, which = np.unique(keys, axis=0, return_inverse=True)
+    which = which.reshape(-1)
+    for index, (key, fp, site_id) in enumerate(distinct.tolist()):
+        yield (key, fp, site_id), rows.created[which == index]
+
 
 def _trim(group: _Group, low: int) -> None:
-    """Forget what every running member has issued, and the oldest past ``ISSUED_KEPT``."""
-    for seq in [s for s in group.issued if s <= low]:
-        del group.issued[seq]
-    if len(group.issued) > ISSUED_KEPT:
-        for seq in sorted(group.issued)[: len(group.issued) - ISSUED_KEPT]:
-            del group.issued[seq]
+    """Forget what every running member has issued, and the oldest past ``ISSUED_KEPT``
+    (what is left is one block of rows)."""
+    if not group.issued:
+        return
+    rows = Columns.concat(group.issued)
+    keep = rows.seq > max(low, int(rows.seq.max()) - ISSUED_KEPT)
+    group.issued = [rows.select(keep)] if keep.any() else []
