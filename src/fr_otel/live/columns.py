@@ -10,7 +10,7 @@ agent reports (a candidate, a stall).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,20 @@ class Columns:
     def by_rank(self) -> Iterable[tuple[int, Columns]]:
         """(rank, its rows), each rank once."""
         yield from _split(self, self.rank)
+
+
+def groups_of(looked: Iterable[Columns]) -> Iterator[tuple[int, Columns]]:
+    """(group id, its rows) of every look's rows, each rank's look group by group."""
+    for rows in looked:
+        if len(rows):
+            yield from rows.by_group()
+
+
+def note_reached(reached: dict[int, int], rows: Columns) -> None:
+    """Each rank's newest seq in ``rows`` into ``reached`` (rank -> its newest seq)."""
+    for rank, its in rows.by_rank():
+        newest = int(its.seq.max())
+        reached[rank] = max(reached.get(rank, newest), newest)
 
 
 def _split(rows: Columns, column: Any) -> Iterable[tuple[int, Columns]]:

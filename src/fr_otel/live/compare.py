@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fr_otel.live.columns import UNKNOWN, Columns, Ids
+from fr_otel.live.columns import UNKNOWN, Columns, Ids, groups_of, note_reached
 from fr_otel.live.heads import Head, columns_of, head_at
 
 SLOTS_PER_GROUP = 8192
@@ -106,18 +106,13 @@ class Board:
         whose rings this host holds and that still run (a slot waits for those alone)."""
         local = frozenset(running)
         moved: set[int] = set()
-        for rows in looked:
-            if not len(rows):
-                continue
-            for key, mine in rows.by_group():
-                group = self._groups.get(key)
-                if group is None:
-                    group = self._groups[key] = _Group(members=self.ids.groups[key].members)
-                for rank, its in mine.by_rank():
-                    newest = int(its.seq.max())
-                    group.reached[rank] = max(group.reached.get(rank, newest), newest)
-                group.pending.append(mine)
-                moved.add(key)
+        for key, mine in groups_of(looked):
+            group = self._groups.get(key)
+            if group is None:
+                group = self._groups[key] = _Group(members=self.ids.groups[key].members)
+            note_reached(group.reached, mine)
+            group.pending.append(mine)
+            moved.add(key)
         # a slot is settled when a member reaches it or a member stops: only groups that
         # got rows are looked at again, unless the running ranks changed
         changed = local != self._local

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from fr_otel.live.columns import Columns, Ids
+from fr_otel.live.columns import Columns, Ids, groups_of, note_reached
 from fr_otel.live.heads import Head, columns_of, head_at
 
 STEP_MULTIPLE = 5
@@ -103,21 +103,20 @@ class StallWatch:
         self.add_columns([columns_of(heads, self.ids)])
 
     def add_columns(self, looked: Iterable[Columns]) -> None:
+        looked = list(looked)
+        for key, mine in groups_of(looked):
+            group = self._groups.get(key)
+            if group is None:
+                group = self._groups[key] = _Group()
+            note_reached(group.reached, mine)
+            if mine.mirrored.any():
+                group.mirrored.update(np.unique(mine.rank[mine.mirrored]).tolist())
+            group.issued.append(mine)
+            if group.rows() > 2 * ISSUED_KEPT:  # a group no other local rank is in
+                _trim(group, -1)
         for rows in looked:
             if not len(rows):
                 continue
-            for key, mine in rows.by_group():
-                group = self._groups.get(key)
-                if group is None:
-                    group = self._groups[key] = _Group()
-                for rank, its in mine.by_rank():
-                    newest = int(its.seq.max())
-                    group.reached[rank] = max(group.reached.get(rank, newest), newest)
-                    if its.mirrored.any():
-                        group.mirrored.add(rank)
-                group.issued.append(mine)
-                if group.rows() > 2 * ISSUED_KEPT:  # a group no other local rank is in
-                    _trim(group, -1)
             if self._period_rank is None:
                 self._period_rank = int(rows.rank[0])
             # one rank's collectives tell the step
