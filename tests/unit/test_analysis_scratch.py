@@ -126,7 +126,7 @@ def _imported_for_analysis(dumps: Path, archive: Path) -> ImportReport:
 
 
 def test_the_import_hands_over_each_scratch_file_mapped_as_committed(tmp_path: Path) -> None:
-    """The parent maps each scratch file as its outcome arrives (``importer._received``),
+    """The parent maps each scratch file as its outcome arrives (``workers._received``),
     while the workers convert the rest, for the analysis to scan. What it hands over is
     the committed file's rows; a file staged again later (gloo's memberships inferred,
     runs split apart) is left for the analysis to map."""

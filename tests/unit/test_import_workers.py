@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from fr_otel.archive import importer
+from fr_otel.archive import duplicate_ranks, importer, workers
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 from tests.import_attempts import import_attempts
 
 
 def _gc_state_after_init(parent: int) -> bool:
-    importer._worker_init(parent)
+    workers._worker_init(parent)
     return gc.isenabled()
 
 
@@ -32,13 +32,13 @@ def test_ranks_of_a_group_share_one_member_list(tmp_path: Path, monkeypatch: Any
     fleet = simulate(FleetSpec(world=16, entries=100, tp=2, pp=2))
     write_fleet(fleet, tmp_path / "dumps")
     seen: list[Any] = []
-    pick = importer._pick_per_rank
+    pick = duplicate_ranks.pick_per_rank
 
     def spy(outcomes: list[Any], report: Any) -> Any:
         seen.extend(outcomes)
         return pick(outcomes, report)
 
-    monkeypatch.setattr(importer, "_pick_per_rank", spy)
+    monkeypatch.setattr(importer, "pick_per_rank", spy)  # where the import looks it up
     report = importer.import_dumps([tmp_path / "dumps"], archive=tmp_path / "a", workers=2)
     assert report.ok and len(seen) == 16
     lists: dict[str, list[Any]] = {}

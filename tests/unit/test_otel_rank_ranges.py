@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.archive import import_dumps
-from fr_otel.archive.importer import read_spans_file
+from fr_otel.archive.spans_file import read_spans_file
 from fr_otel.otel import model
 from fr_otel.otel.encode import encode_requests, row_to_span
 from fr_otel.otel.jsonfile import read_otlp_json, to_otlp_json, write_otlp_json

@@ -14,8 +14,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from fr_otel.analysis import analyze
 from fr_otel.archive import import_dumps
-from fr_otel.archive.importer import read_spans_file
 from fr_otel.archive.layout import rank_file
+from fr_otel.archive.spans_file import read_spans_file
 from fr_otel.otel.encode import encode_requests
 from fr_otel.otel.jsonfile import write_otlp_json
 from fr_otel.otel.otlp_import import SOURCE_FORMAT, import_traces, spans_to_table

@@ -16,7 +16,7 @@ from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from fr_otel.archive import import_dumps
-from fr_otel.archive.importer import read_spans_file
+from fr_otel.archive.spans_file import read_spans_file
 from fr_otel.cli import main
 from fr_otel.otel.jsonfile import from_otlp_json, json_attributes, read_otlp_json
 from fr_otel.otel.otlp_import import SpanRows, import_traces
