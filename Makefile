@@ -85,6 +85,7 @@ dashboards: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -c 'from fr_otel.schema import schema_markdown as m; print(m(), end="")' > docs/schema.md
+	$(BIN)/python -c 'import pathlib; from fr_otel.analysis.kinds import with_kinds_section as w; p = pathlib.Path("docs/analysis.md"); p.write_text(w(p.read_text()))'
 
 clean:
 	rm -rf $(VENV) build demo-out bench-out test-artifacts .pytest_cache .mypy_cache .ruff_cache

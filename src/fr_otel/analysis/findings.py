@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import duckdb
 
+# declared in ``kinds``; named here too, where ``fr_otel.analysis`` and the CLI read them
+from fr_otel.analysis.kinds import KINDS as KINDS
+from fr_otel.analysis.kinds import PERFORMANCE_KINDS as PERFORMANCE_KINDS
 from fr_otel.stacks import trimmed
 
 if TYPE_CHECKING:
@@ -99,34 +102,6 @@ def ranks_words(ranks: Iterable[int]) -> str:
     """'rank 3' or 'ranks 1, 3', in the order given (see ``rank_list``)."""
     listed = list(ranks)
     return f"rank{'s' if len(listed) > 1 else ''} {rank_list(listed)}"
-
-
-KINDS = (
-    "missing_rank",
-    "skipped_collective",
-    "op_type_mismatch",
-    "size_mismatch",
-    "dtype_mismatch",
-    "reordered_collectives",
-    "cross_pg_deadlock",
-    "p2p_unmatched",
-    "stuck_in_flight",
-    "silent_rank",
-    "straggler",
-)
-"""Every finding kind, in the order a tie in time is broken (causes before symptoms)."""
-
-PERFORMANCE_KINDS = frozenset({"straggler"})
-"""Kinds of a job that is slow, not stuck: never the root cause of a hang, listed after
-the hang findings, never a consequence of one."""
-
-ABSENCE_KINDS = frozenset({"missing_rank", "p2p_unmatched", "silent_rank"})
-"""Kinds whose evidence is what ranks did *not* do: a rank blocked elsewhere behind another
-cause shows as one of these without being at fault."""
-
-WAIT_KINDS = ABSENCE_KINDS | {"stuck_in_flight", "cross_pg_deadlock"}
-"""Kinds whose named ranks may be waiting as a consequence of another finding (rather than
-having issued something wrong): in a consequence, those ranks are ``waiting_ranks``."""
 
 
 def blocked_behind(waiting: list[int], named: list[int], cause: int | None) -> str:

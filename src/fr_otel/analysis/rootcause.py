@@ -30,9 +30,6 @@ from typing import Any
 import duckdb
 
 from fr_otel.analysis.findings import (
-    ABSENCE_KINDS,
-    KINDS,
-    WAIT_KINDS,
     CameBefore,
     Entries,
     Evidence,
@@ -41,6 +38,7 @@ from fr_otel.analysis.findings import (
     Replica,
     ranks_words,
 )
+from fr_otel.analysis.kinds import ABSENCE_KINDS, ORDER, WAIT_KINDS
 from fr_otel.analysis.waits import P2PEvidence, WaitGraph, held_by
 
 
@@ -90,7 +88,7 @@ def _structural_key(finding: Finding) -> tuple[int, str, int, int]:
     """An order that depends on nothing but what the finding names (for ties)."""
     ranks = finding.culprit_ranks or sorted(finding.absent_ranks) or [2**31]
     return (
-        KINDS.index(finding.kind),
+        ORDER[finding.kind],
         f"{finding.group.desc or ''}\0{finding.group.name}",
         finding.collective_seq_id if finding.collective_seq_id is not None else -1,
         min(ranks),

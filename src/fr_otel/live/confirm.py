@@ -18,21 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fr_otel.analysis.findings import Analysis, Finding
+from fr_otel.analysis.kinds import DESYNC_KINDS
 from fr_otel.config import RecorderSettings
 from fr_otel.live.compare import Candidate
 from fr_otel.recorder.ring import run_ring_dir
-
-DESYNC_KINDS = frozenset(
-    {
-        "skipped_collective",
-        "op_type_mismatch",
-        "size_mismatch",
-        "dtype_mismatch",
-        "reordered_collectives",
-    }
-)
-"""Finding kinds that are evidence of a desync: what members issued, not how long they
-waited (a stall is another verdict, with a threshold)."""
 
 
 @dataclass(frozen=True, kw_only=True)

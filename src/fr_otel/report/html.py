@@ -18,6 +18,7 @@ from typing import Any
 from fr_otel import __version__
 from fr_otel.analysis import Analysis, Finding
 from fr_otel.analysis.findings import RANKS_IN_WORDS
+from fr_otel.analysis.kinds import PERFORMANCE_KINDS, words
 from fr_otel.analysis.stragglers import StragglerEvidence
 from fr_otel.report.build import IncidentReport
 from fr_otel.report.grid import STATES, Grid
@@ -25,20 +26,6 @@ from fr_otel.report.lateness import LatenessStrip
 from fr_otel.report.words import code_locations, listed, outline
 
 _MARKER = re.compile(r"__(TITLE|STYLE|VERDICT|FINDINGS|DATA|SCRIPT|VERSION)__")
-
-_KIND_WORDS = {
-    "missing_rank": "a rank never joined a collective",
-    "skipped_collective": "a rank skipped a collective",
-    "op_type_mismatch": "ranks issued different collectives",
-    "size_mismatch": "ranks disagree on tensor sizes",
-    "dtype_mismatch": "ranks disagree on dtypes",
-    "reordered_collectives": "ranks issued collectives in a different order",
-    "cross_pg_deadlock": "ranks wait on each other across process groups",
-    "p2p_unmatched": "a send or receive has no matching peer",
-    "stuck_in_flight": "a collective never completed on some ranks (GPU or network)",
-    "silent_rank": "ranks that left no dump are the only ones the others wait on",
-    "straggler": "a rank is consistently late to its collectives (slow, not stuck)",
-}
 
 
 def _asset(name: str) -> str:
@@ -87,7 +74,7 @@ def _verdict(analysis: Analysis, said: Sequence[str]) -> str:
     facts = [
         (
             "Root cause",
-            f"{_e(_KIND_WORDS.get(root.kind, root.kind))} (<code>{_e(root.kind)}</code>)",
+            f"{_e(words(root.kind))} (<code>{_e(root.kind)}</code>)",
         ),
         (
             "Culprit ranks",
@@ -203,7 +190,7 @@ def _findings(analysis: Analysis) -> str:
     items = []
     for index, depth in outline(analysis):
         finding = analysis.findings[index]
-        if finding.kind == "straggler":
+        if finding.kind in PERFORMANCE_KINDS:
             tag = "performance, not a hang"
         elif index == analysis.root_cause:
             tag = "root cause"

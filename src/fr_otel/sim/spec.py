@@ -5,23 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from fr_otel.analysis.kinds import SIMULATED_FAULTS
 from fr_otel.errors import SimulationError
 
-FAULT_KINDS: tuple[str, ...] = (
-    "none",
-    "skipped_collective",
-    "missing_rank",
-    "op_type_mismatch",
-    "size_mismatch",
-    "dtype_mismatch",
-    "all_to_all_splits",
-    "reordered_collectives",
-    "cross_pg_deadlock",
-    "p2p_unmatched",
-    "gpu_hang",
-    "network",
-)
-"""Every fault ``simulate`` can inject; ``"none"`` is a healthy run."""
+FAULT_KINDS: tuple[str, ...] = ("none", *SIMULATED_FAULTS)
+"""Every fault ``simulate`` can inject; ``"none"`` is a healthy run. The faults are the
+analyzer's kinds' (``analysis.kinds``): a fault the analyzer has no kind for would test
+nothing."""
 
 MAX_WORLD = 65_536
 """Beyond this the default_pg ``ranks`` string alone would dominate every dump."""
