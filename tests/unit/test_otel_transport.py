@@ -24,6 +24,7 @@ from fr_otel.archive import import_dumps
 from fr_otel.errors import ConfigError
 from fr_otel.otel import model
 from fr_otel.otel.encode import encode_requests
+from fr_otel.otel.rpc_status import status_retry_delay
 from fr_otel.otel.spool import REJECTED_DIR, resend, spool, spooled
 from fr_otel.otel.transport import (
     GZIP_LEVEL,
@@ -40,7 +41,6 @@ from fr_otel.otel.transport import (
     send_all,
     span_count,
     split_request,
-    status_retry_delay,
 )
 from fr_otel.otel.wire import encode_requests_fast
 from fr_otel.sim import FleetSpec, simulate, write_fleet
