@@ -119,9 +119,7 @@ MUTANTS = (
         new="WHERE NOT e.p2p",
         tests=(f"{PINNED}::test_an_entry_that_recorded_no_output_tensor_breaks_no_rule",),
     ),
-    # --- 04_rules.sql: all_to_all_balance. Its last HAVING is not mutated: every slot
-    # ``complete`` keeps is unbalanced or has silent members already, so breaking it
-    # changes nothing any input could show
+    # --- 04_rules.sql: all_to_all_balance
     Mutant(
         name="sql_a2a_balance_disabled",
         file=RULES_SQL,
