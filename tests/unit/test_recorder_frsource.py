@@ -17,9 +17,10 @@ import pytest
 
 from fr_otel.dumps.parse import raw_entries
 from fr_otel.recorder import frsource
-from fr_otel.recorder.frsource import FILL_SHARE, LEARN_TRIES, FrMirror
+from fr_otel.recorder.frsource import FILL_SHARE, FrMirror
 from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, read_ring, torch_ring_base
 from fr_otel.recorder.slot import COMPLETED, STARTED
+from fr_otel.recorder.torch_ops import LEARN_TRIES
 from fr_otel.recorder.triggers import POLL_S
 
 INFO = GroupInfo(name="0", desc="default_pg", ranks=(0, 1), backend="gloo", timeout_ms=8000)
@@ -189,7 +190,7 @@ def test_reads_are_spaced_by_their_cost_within_bounds(tmp_path: Path) -> None:
     assert mirror._interval() == 1.0  # never more often than once a second
     mirror.stats.last_cost_s = 1.0
     assert mirror._interval() == 30.0  # never later than 30 s
-    mirror.shortest_timeout_ns = 6 * 10**9
+    mirror.rows.shortest_timeout_ns = 6 * 10**9
     assert mirror._interval() == 2.0  # nor than a third of the detection timeout
 
 
@@ -336,7 +337,7 @@ def test_a_group_s_timeout_changed_at_run_time_is_each_entry_s_own_and_the_detec
     _main, torch, mirror = _setup(tmp_path)
     torch.issue("all_reduce")
     mirror.read()
-    assert mirror.shortest_timeout_ns == 6 * 10**9  # three quarters of 8 s
+    assert mirror.rows.shortest_timeout_ns == 6 * 10**9  # three quarters of 8 s
     for _ in range(2):
         torch.issue("all_reduce")
         torch.entries[-1]["timeout_ms"] = 2000
@@ -345,7 +346,7 @@ def test_a_group_s_timeout_changed_at_run_time_is_each_entry_s_own_and_the_detec
     timeouts = [(s[2], contents.groups[s[1]].timeout_ms) for s in contents.slots]
     assert timeouts == [(1, 8000), (2, 2000), (3, 2000)]
     assert {g.name for g in contents.groups.values()} == {"0"}
-    assert mirror.shortest_timeout_ns == 1_500_000_000
+    assert mirror.rows.shortest_timeout_ns == 1_500_000_000
 
 
 def test_entries_out_of_record_order_or_without_a_record_id_are_read_in_order(

@@ -36,7 +36,7 @@ from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from fr_otel.recorder.frmerge import QUEUED_BACKENDS
-from fr_otel.recorder.frsource import detection_timeout_ns
+from fr_otel.recorder.mirror_rows import detection_timeout_ns
 from fr_otel.recorder.ring import HEADER_SIZE, NEXT_RECORD_OFFSET, GroupInfo, Signature
 from fr_otel.recorder.slot import (
     COMPLETED,
