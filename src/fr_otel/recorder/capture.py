@@ -18,6 +18,13 @@ traceback names, and a collective that fails (a gloo timeout, a peer gone) raise
 whatever frames are on the stack while it runs. With ``_fasthook`` the original is always
 called from C, which adds no frame, the Python code recording in two halves around it
 (``_Recording``); in pure Python the one frame that must stay is named ``RECORDS_ONLY_NAME``.
+
+The module is long because the wrapper is the hooks' measured hot path: its common case is
+inlined on ``Capture``'s closure locals, with no Python call but the original's (inlining
+took its warm cost from 4.6-7.1 to 1.8-2.9 µs a call; ``benchmarks/recorder_overhead.py``
+measures what training pays), and the compiled hook's
+slow path, the recorded call's two halves and the group and call-site caches it reads are
+that same state. What it does not read per call lives elsewhere (``process_groups``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from fr_otel.recorder.frmerge import QUEUED_BACKENDS
 from fr_otel.recorder.mirror_rows import detection_timeout_ns
+from fr_otel.recorder.process_groups import describe_backends
 from fr_otel.recorder.ring import HEADER_SIZE, NEXT_RECORD_OFFSET, GroupInfo, Signature
 from fr_otel.recorder.slot import (
     COMPLETED,
@@ -165,10 +173,6 @@ def _delegates(function: Callable[..., Any]) -> bool:
     )
 
 
-_DEVICE_OF_BACKEND = {"nccl": "cuda", "xccl": "xpu"}
-"""Where a backend's ops run, for groups that name one backend (``init_process_group("nccl")``)."""
-
-
 def _dtype_name(dtype: Any, cache: dict[Any, str] = {}) -> str:  # noqa: B006 - a cache
     name = cache.get(dtype)
     if name is None:
@@ -203,17 +207,6 @@ def _device_type(value: Any) -> str | None:
     return getattr(device, "type", None)
 
 
-def _backends_by_device(config: str, fallback: str) -> dict[str | None, str]:
-    """``"cpu:gloo,cuda:nccl"`` -> ``{"cpu": "gloo", "cuda": "nccl", None: fallback}``."""
-    found: dict[str | None, str] = {}
-    for part in config.split(","):
-        device, sep, name = part.strip().partition(":")
-        if sep and name:
-            found[device] = name
-    found[None] = fallback
-    return found
-
-
 def _shape_key(value: Any) -> Any:
     if value is None:
         return None
@@ -224,59 +217,6 @@ def _shape_key(value: Any) -> Any:
 
 
 _Known = tuple[int, GroupInfo, int, dict[str | None, str], str]
-
-
-def _describe(pg: Any) -> tuple[GroupInfo, int, dict[str | None, str]]:
-    """A process group's description, its own timeout (ns) and, for a group of several
-    backends, the backend of each device (empty for one backend)."""
-    from torch.distributed import distributed_c10d as c10d
-
-    # init_process_group() without a backend gives "undefined" here and one backend per
-    # device in the config ("cpu:gloo,cuda:nccl"): each op's tensors pick theirs
-    backend = str(c10d.get_backend(pg))
-    try:
-        by_device = _backends_by_device(str(c10d.get_backend_config(pg)), backend)
-    except Exception:
-        by_device = {None: backend}
-    main = next((b for b in by_device.values() if b in QUEUED_BACKENDS), backend)
-    if backend == "undefined" or ":" in backend:
-        backend = main
-    by_device[None] = backend
-    if len(set(by_device.values()) - {backend}) == 0:
-        by_device = {}  # one backend for every device: no need to look at tensors
-    ranks = tuple(c10d.get_process_group_ranks(pg))
-    try:
-        import torch
-
-        device = torch.device(_DEVICE_OF_BACKEND.get(main, "cpu"))
-        timeout_ns = int(pg._get_backend(device).options._timeout.total_seconds() * 1e9)
-    except Exception:  # some backends expose no options
-        default = c10d._get_default_timeout(c10d.Backend(main))
-        timeout_ns = int(default.total_seconds() * 1e9)
-    info = GroupInfo(
-        name=c10d._get_process_group_name(pg),
-        desc=getattr(pg, "group_desc", None),
-        ranks=ranks,
-        backend=backend,
-        timeout_ms=timeout_ns // 1_000_000,
-    )
-    return info, timeout_ns, by_device
-
-
-def describe_group(pg: Any) -> tuple[GroupInfo, int]:
-    """A process group's description and its own timeout (ns)."""
-    info, timeout_ns, _ = _describe(pg)
-    return info, timeout_ns
-
-
-def torch_groups() -> dict[str, Any]:
-    """Group name -> process group, for every group of this process torch knows."""
-    from torch.distributed import distributed_c10d as c10d
-
-    try:
-        return {name: pg for pg, name in list(c10d._world.pg_names.items())}
-    except Exception:  # torch moved its registry: only the hooks' groups are described
-        return {}
 
 
 class _OwnSequence:
@@ -978,7 +918,7 @@ class Capture:
         pg = group if group is not None else c10d._get_default_group()
         if c10d._rank_not_in_group(pg):
             return None
-        info, timeout_ns, by_device = _describe(pg)
+        info, timeout_ns, by_device = describe_backends(pg)
         # one ring group per (group, timeout): records carry the timeout they ran under
         index = writer.intern_group((info.name, info.ranks, info.timeout_ms), info)
         while len(self._seq) <= index:

@@ -590,8 +590,8 @@ def _open_mirror(writer: RingWriter, settings: RecorderSettings, capture: Any) -
     cannot be opened: the hooks' records still go out."""
     try:
         from fr_otel.config import torch_fr_buffer_size
-        from fr_otel.recorder.capture import describe_group, torch_groups
         from fr_otel.recorder.frsource import FrMirror
+        from fr_otel.recorder.process_groups import describe_group, torch_groups
         from fr_otel.recorder.ring import torch_ring_base
 
         return FrMirror(
