@@ -5,6 +5,12 @@ JSON from the ``*_json`` variants) and every format version from 2.3 to 2.10: a 
 version lacks becomes null. The differences between the two encodings are normalised
 here: ``process_group`` tuple vs list, ``time_discovered_*`` None vs 0, ``pg_status`` ints
 vs strings, ``entries`` omitted when empty.
+
+The module is over 800 lines because it is the import's measured path: every dump's
+conversion to the canonical columns (``dump_to_table``, after the C decoder or the general
+path's unpickler) runs here, timed by ``benchmarks/import_throughput.py`` for both paths.
+The normalisation, the hostile-dump bounds and the column building are its steps on one
+dump's entries, each one pass over them.
 """
 
 from __future__ import annotations
