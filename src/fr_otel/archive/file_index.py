@@ -2,13 +2,14 @@
 them, so that reading the incident again need not open every footer.
 
 ``ARCHIVE/job=<job>/incident=<incident>/_files.json`` (the ``*.parquet`` globs do not
-match it). Reading and checking a footer costs 0.4-0.7 ms a file here: 0.25 s of a 1.8 s
-re-analysis at 256 ranks, 6-12 s at 8,192. Like Parquet datasets' ``_metadata`` summary,
-it is derived data: an entry counts only while its file's size and modification time are
-the ones recorded (rsync's quick check), so a file written, replaced or cut short since is
-checked again from its footer, and a file without an entry is checked as before. A file
-damaged in place without either changing is still caught: a read that fails is retried
-with every file's pages decoded (``checks.verifying_pages``), and that never uses this.
+match it). Reading and checking a footer means opening its file, a cost per rank file
+that adds up to a noticeable part of a re-analysis, and to seconds at thousands of ranks.
+Like Parquet datasets' ``_metadata`` summary, it is derived data: an entry counts only
+while its file's size and modification time are the ones recorded (rsync's quick check),
+so a file written, replaced or cut short since is checked again from its footer, and a
+file without an entry is checked as before. A file damaged in place without either
+changing is still caught: a read that fails is retried with every file's pages decoded
+(``checks.verifying_pages``), and that never uses this.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 ``pg_ranks`` is a row's group members. A default group's list is on every one of its
 rows, so a rank's file held rows x members integers: a flush of 2,000 entries in a
-100,000-rank job was 200 million of them, 14 s and 3.3 GB to build and write while the
-incident was being handled, past the flush deadline. Groups of more than
+100,000-rank job was 200 million of them, gigabytes and many seconds to build and write
+while the incident was being handled, past the flush deadline. Groups of more than
 ``FOOTER_MIN_MEMBERS`` members are therefore written as each rank file's key-value
 metadata (``MEMBERS_KEY``: a JSON object, group name -> its members as rank runs,
 ``otel.rankranges``), and their rows' ``pg_ranks`` is null in the file. Readers of the
@@ -32,8 +32,8 @@ FOOTER_SCHEMA_VERSION = "2"
 """The archive schema version of a file with ``MEMBERS_KEY`` (otherwise the same rows)."""
 FOOTER_MIN_MEMBERS = 1024
 """Groups with more members than this leave their list to the footer. Below it a row's
-list costs little (delta-encoded, ~500x smaller than plain) and plain DuckDB readers of the
-archive see it on the row."""
+list costs little (delta-encoded, hundreds of times smaller than plain) and plain DuckDB
+readers of the archive see it on the row."""
 
 Members = dict[str, list[int]]
 """Group name -> its members, in group-rank order."""
@@ -188,8 +188,8 @@ tp or pp group's) stay one per row, where comparing would cost more than copying
 def shared(rows: pa.Table, runs: Runs) -> pa.Table:
     """One file's rows with ``pg_ranks`` as a dictionary column: each distinct long list
     once (its group's rows share it), the footer's lists (``runs``) for its lifted rows.
-    For readers of a whole incident: at 512 ranks of a data-parallel job, every row's
-    list was 4.2 GB of 4.6 GB of rows."""
+    For readers of a whole incident: in a data-parallel job every row's copy of the
+    default group's list is most of the rows' memory."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -108,7 +108,7 @@ def import_dumps(
     ``members_in_files=False`` leaves ``pg_ranks`` (each row's group members) out of the
     rank files and puts each rank's groups in ``report.members`` instead: for an archive
     that only ``open_source`` reads, which puts the column back. A default group's list
-    is on every one of its rows: at 8,192 ranks it is two thirds of a rank file's write.
+    is on every one of its rows: at thousands of ranks it is most of a rank file's write.
     ``scratch_files=True`` writes the rank files as Arrow IPC (``archive.scratch``), for
     such an archive too: faster to write, and read by nothing else (up to
     ``scratch.MAX_FILES`` dumps; past it, Parquet).

@@ -36,10 +36,10 @@ except ImportError:  # pragma: no cover - Windows
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# The import is bound by this write. lz4 writes ~25% faster than zstd here for files
-# ~1.3x larger (~50 bytes an entry). Dictionary encoding pays only on the repetitive
-# text (names, dtypes, stacks), and min/max statistics only mean something for scalars;
-# skipping both elsewhere cuts the write by another quarter. Both encodings name leaf
+# The import is bound by this write. lz4 writes markedly faster than zstd for files only
+# somewhat larger. Dictionary encoding pays only on the repetitive text (names, dtypes,
+# stacks), and min/max statistics only mean something for scalars; skipping both
+# elsewhere makes the write cheaper again. Both encodings name leaf
 # columns ("frames.list.element.name"): given a nested column's own name, Parquet
 # silently writes it plain.
 COMPRESSION = "lz4"
@@ -55,10 +55,11 @@ _DELTA_ENCODED = frozenset(
         "time_completed_ns",
     }
 )
-"""Integer columns that count up or repeat a list: delta encoding halves a rank file.
-``pg_ranks`` needs it most: a group's member list is on every row, and once a list
-passes 8,192 members (64 KB) lz4's window cannot see its repeats; plain, it was 95% of
-a rank file of an 8,192-rank job, delta-encoded it is ~500x smaller."""
+"""Integer columns that count up or repeat a list: their deltas are small and alike, so
+they encode in a fraction of their plain size. ``pg_ranks`` needs it most: a group's
+member list is on every row, and once a list passes 8,192 members (64 KB) lz4's window
+cannot see its repeats; plain, it is nearly all of a large job's rank file,
+delta-encoded it is hundreds of times smaller."""
 
 
 RANK_FILE_SUFFIXES = (".parquet", scratch.SUFFIX)

@@ -42,10 +42,10 @@ def read_incident(
     The members of large groups that a file keeps in its footer are put back on their
     rows (``archive.footer_members``). ``shared_members``: ``pg_ranks`` as a dictionary
     column, each rank file's distinct long lists once (``footer_members.shared``), not a
-    copy in every row: 4.2 GB at 512 ranks of a data-parallel job, past this machine's
-    memory at 1,024. A file whose footer or pages cannot be read is left out and listed in
-    ``problems`` (its rank reads as without a dump). Raises ``ArchiveError`` when no file
-    can be read.
+    copy in every row, which grows with ranks x rows x members: gigabytes already at 512
+    ranks of a data-parallel job. A file whose footer or pages cannot be read is left out
+    and listed in ``problems`` (its rank reads as without a dump). Raises ``ArchiveError``
+    when no file can be read.
     """
     checked = check_files(rank_files(archive, incident))
     wanted = list(columns) if columns is not None else RECORD_SCHEMA.names

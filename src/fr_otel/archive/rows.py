@@ -63,7 +63,7 @@ def _canonical(table: pa.Table) -> pa.Table:
 def _rank_files(table: pa.Table) -> list[tuple[tuple[str, str, int], pa.Table]]:
     """Each rank file's rows, as slices of ``table`` (sorted first, stably, unless each
     file's rows are together already, as a recorder flush's one rank is). A filter of the
-    whole table per file made an import quadratic: 46 s for 1,024 ranks' spans."""
+    whole table per file would make an import quadratic in the ranks."""
     runs = _runs(table)
     if len({key for key, _, _ in runs}) < len(runs):
         order = pc.sort_indices(table, sort_keys=[(name, "ascending") for name in _FILE_KEY])
@@ -95,8 +95,7 @@ def _runs(table: pa.Table) -> list[tuple[tuple[str, str, int], int, int]]:
 def _groups(table: pa.Table) -> dict[tuple[str, str], dict[str, GroupMembers]]:
     """Per (job, incident), each group that some row gives members, from its first such
     row. Only those rows become Python values: every row's list would be rows x members
-    Python integers (a rank of a 12,500-rank group flushing 2,000 entries: 25 million,
-    2 s)."""
+    Python integers (a rank of a 12,500-rank group flushing 2,000 entries: 25 million)."""
     lengths = _member_counts(table["pg_ranks"])
     with_members = pc.indices_nonzero(pc.fill_null(pc.greater(lengths, 0), False))
     if len(with_members) == 0:

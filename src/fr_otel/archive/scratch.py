@@ -1,13 +1,11 @@
 """Rank files of an archive that lives only as long as one analysis: Arrow IPC, not Parquet.
 
 ``fr-otel analyze DUMPS`` imports the dumps into a temporary archive that DuckDB reads
-once and then removes. There, Parquet's encoding was wasted work: writing a 2,000-entry
-rank file took ~4 ms against ~1 ms for Arrow IPC, and the workers' time is most of the
-command's. The rows are in their shared form (``dumps.parse.shared_schema``): each stack,
-group name and constant once per file, as a dictionary. DuckDB scans them mapped into
-memory (``rows``). At 256 ranks x 2,000 entries the import's workers used 1.0-1.3 CPU-s
-against 1.8-1.9 s for Parquet, and the analyzer's first pass over the rows took 0.22 s
-against 0.25-0.30 s.
+once and then removes. There, Parquet's encoding is wasted work: it costs several times
+what writing Arrow IPC does, and the workers' writes are most of the command's time. The
+rows are in their shared form (``dumps.parse.shared_schema``): each stack, group name and
+constant once per file, as a dictionary. DuckDB scans them mapped into memory (``rows``),
+with no pages to decompress, so the analyzer's first pass is no slower than over Parquet.
 
 Nothing but ``analysis.source`` reads these files, and only from the import that just
 wrote them: they are not an archive format (``fr-otel import`` writes Parquet).
@@ -29,9 +27,9 @@ SUFFIX = ".arrow"
 MAX_FILES = 1024
 """Imports of more dumps write Parquet even for an analysis. There the analysis, not the
 write, is most of the time, and DuckDB's own Parquet scan (parallel, reading only the
-columns a query needs) is faster and holds less: at 8,192 ranks x 2,000 entries, lz4
-scratch files read through a ``pyarrow.dataset`` took 83.1 s and 3.74 GB against 75.5 s
-and 3.26 GB from Parquet. Uncompressed, they would also need ~5 GB of temporary space."""
+columns a query needs) is faster and holds less than a ``pyarrow.dataset`` over lz4
+scratch files. Uncompressed, scratch files of that many dumps would also fill gigabytes
+of temporary space."""
 
 
 MEMORY_FOLDER = Path("/dev/shm")
@@ -39,8 +37,9 @@ MEMORY_FOLDER = Path("/dev/shm")
 (``memory_folder``)."""
 
 SCRATCH_PER_DUMP_BYTE = 2
-"""Bytes of scratch file per byte of dump, an upper estimate: a 2,000-entry pickle of
-~400 KB became a ~600 KB scratch file (a JSON dump is larger than its rows)."""
+"""Bytes of scratch file per byte of dump, an upper estimate: a scratch file is somewhat
+larger than the pickled dump it came from, and smaller than a JSON dump (JSON spells out
+what the rows store as numbers)."""
 
 MEMORY_SHARE = 4
 """The scratch files go to memory only where this many times their estimate fits both in
@@ -94,12 +93,11 @@ def mapped(path: Path) -> pa.Table:
 def rows(paths: Sequence[Path], ready: Mapping[Path, pa.Table] | None = None) -> pa.Table:
     """The rows of ``paths`` (files ``write`` wrote, of one schema), for DuckDB to scan:
     one table over the files mapped into memory, not copied. DuckDB scans it far faster
-    than a ``pyarrow.dataset`` of the files: at 256 x 2,000 the analyzer's first pass
-    took 0.22 s against 0.39-0.45 s (and 0.25-0.30 s from Parquet). The pages DuckDB
-    reads count in the process's RSS, up to ~600 KB a rank, but are the page cache's:
-    clean, and given back under memory pressure. At 1,024 ranks ``analyze`` peaked at
-    1.63 GB (5.8 s) against 1.02 GB (6.8 s) with Parquet. ``ready``: files already
-    ``mapped``, by path (the import's, ``ImportReport.scratch_tables``)."""
+    than a ``pyarrow.dataset`` of the files, and somewhat faster than Parquet. The pages
+    DuckDB reads count in the process's RSS, a whole scratch file a rank, but are the page
+    cache's: clean, and given back under memory pressure, so ``analyze``'s peak RSS is
+    above what it is with Parquet while the analysis itself is quicker. ``ready``: files
+    already ``mapped``, by path (the import's, ``ImportReport.scratch_tables``)."""
     import pyarrow as pa
 
     ready = ready or {}
@@ -116,11 +114,9 @@ def memory_folder(paths: Sequence[str | Path], *, folder: Path | None = None) ->
 
     On a disk-backed temporary folder the workers' writes, and the removal of the files
     afterwards, wait on the disk whenever it is busy, as it is when a dying job has just
-    written its dumps and checkpoints: at 256 ranks x 2,000 entries (8 interleaved runs
-    of ``fr-otel analyze DUMPS``), minutes after this machine wrote a 3.6 GB fleet to its
-    ext4 /tmp, the command took 1.74-1.97 s and 2.87-3.16 CPU-s there against 1.58-1.68 s
-    and 2.52-2.68 CPU-s in /dev/shm. On a quiet disk the two were alike (1.51-1.64 s
-    against 1.51-1.62 s). The files take memory either way (tmpfs pages, or the page
+    written its dumps and checkpoints: the command then takes longer, and more CPU, than
+    with the files in /dev/shm, which no disk holds up. On a quiet disk the two are alike,
+    so tmpfs costs nothing there. The files take memory either way (tmpfs pages, or the page
     cache's until written back); DuckDB's mapped reads count them in the analysis's RSS.
     """
     # here: importing the dumps package brings in pyarrow.compute, which reading an

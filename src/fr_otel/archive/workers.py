@@ -63,8 +63,8 @@ def _worker_init(parent: int | None) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         # glibc: keep the heap between dumps. By default, freeing one dump's buffers
-        # gave the top of the heap back to the system and the next dump faulted every
-        # page in again: 210,000 page faults and 0.4 s of system time for 256 dumps
+        # gives the top of the heap back to the system and the next dump faults every
+        # page in again, system time spent anew on every dump
         libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_HEAP)
         libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_HEAP)
     if parent is not None and os.getppid() != parent:
@@ -72,7 +72,7 @@ def _worker_init(parent: int | None) -> None:
     # A worker holds one dump's tree of small containers at a time, freed by reference
     # counting when its task ends: the cyclic GC would only rescan that tree (and the
     # parent's heap a forked worker shares) and find nothing to collect. Off for the
-    # worker's life: 256 dumps of 2,000 entries import with ~12% less CPU.
+    # worker's life, so no CPU goes to those rescans.
     gc.disable()
 
 
@@ -96,13 +96,14 @@ def _received(outcome: Outcome, known: dict[tuple[int, ...], list[int]]) -> Outc
     """An outcome as the parent keeps it.
 
     Each group's member list points at one list per distinct membership: every member of
-    a group reports the same list, and a rank of an 8,192-rank job knows 9,222 member
-    ranks (its groups and the default group): a copy for every rank took 2.7 GB here.
+    a group reports the same list, and a rank knows the members of its groups and of the
+    whole default group: a copy for every rank grows with the square of the world size
+    (gigabytes at 8,192 ranks).
 
     A scratch file is mapped into memory now, while the workers convert the other dumps,
-    for the analysis that reads it next (``ImportReport.scratch_tables``): opening 256
-    files took 0.06-0.07 s of a 1.4 s ``fr-otel analyze DUMPS``. Where that fails, the
-    analysis opens the file itself and says why.
+    for the analysis that reads it next (``ImportReport.scratch_tables``): the opening
+    then overlaps the wait on the workers instead of adding to ``fr-otel analyze DUMPS``'s
+    time. Where that fails, the analysis opens the file itself and says why.
     """
     for group in outcome.groups.values():
         if group.ranks:
@@ -139,7 +140,7 @@ def run_tasks(
     )
     # tasks go to the workers a few at a time: one round trip through the pool per dump
     # (pickle the task, wake the pool's thread, queue, pickle the outcome back) left each
-    # worker idle between dumps, 0.5 s of 1.9 s at 256 dumps
+    # worker idle between dumps for a large share of the import
     size = max(1, min(_BATCH_MAX, total // (workers * 8)))
     try:
         futures = [
