@@ -508,8 +508,8 @@ class Analysis:
 @functools.cache
 def findings_schema() -> pa.Schema:
     """The ``findings`` relation: one row per finding, as ``fr-otel sql`` and a session show
-    it. A function: pyarrow (with numpy, 0.05 s) is imported only where it is used, and an
-    archive's analysis uses it nowhere else."""
+    it. A function: pyarrow (with numpy, a noticeable part of a short command's start) is
+    imported only where it is used, and an archive's analysis uses it nowhere else."""
     import pyarrow as pa
 
     return pa.schema(

@@ -4,14 +4,13 @@ its rank files so that analysing the incident need not make them.
 ``ARCHIVE/job=<job>/incident=<incident>/_entries.<key>.duckdb``: a DuckDB database
 holding the table ``e``, not matched by the ``*.parquet`` globs that read an archive's
 rows. The first pass reads every row and reduces its size and dtype lists to
-fingerprints: at 256 ranks x 2,000 entries it is a third of a re-analysis (0.28-0.37 s).
-An analysis attaches the database read-only and reads ``e`` through a view: nothing is
-copied. Copying the table out of a Parquet file (as the earlier ``.pq`` files were) took
-0.07-0.08 s, a temporary table's cost per column, not the file's decoding; reading the
+fingerprints, a large part of a re-analysis. An analysis attaches the database read-only
+and reads ``e`` through a view: nothing is copied. Copying the table out of a file would
+cost a temporary table's build, column by column, whatever the file's format; reading the
 attached table is as fast as reading a temporary one once its blocks are loaded. Its rows
 are sorted by group, sequence number and rank: the hashes of a slot's members then run
-alike, which DuckDB stores as runs (20 MB against 28 MB in rank order at 256 ranks, where
-the zstd Parquet file of the same rows is 5.6 MB).
+alike, which DuckDB stores as runs, so the database is smaller than in rank order (though
+larger than a zstd Parquet file of the same rows).
 
 The analysis changes ``e`` in two places only (a failed gloo collective's entries, a
 snapshot's entries past its frontier): ``writable`` first copies it into a temporary
@@ -25,12 +24,12 @@ versions (DuckDB's ``hash`` and its storage format may change between them), and
 name, size, modification time and inode of every file of the incident's folder. A file
 written, replaced or removed since, by an import or a recorder flushing late, changes the
 key, and the pass runs again. So does a damaged database: loading reads every column
-once (0.01-0.02 s, blocks the analysis reads next anyway), and DuckDB checks each block's
-checksum as it reads it.
+once (little extra: blocks the analysis reads next anyway), and DuckDB checks each
+block's checksum as it reads it.
 
 ``fr-otel import`` writes it, under a temporary name renamed into place. An analysis
-never writes it: at 1,024 ranks that took 0.57 s of a 2.3 s first analysis, the one
-someone is waiting on, and a verdict must not wait on a cache. Analysing dumps, or an
+never writes it: writing is a sizeable part of a first analysis, the one someone is
+waiting on, and a verdict must not wait on a cache. Analysing dumps, or an
 archive with a damaged file, never uses one.
 """
 

@@ -132,7 +132,7 @@ def register_archive(
     the temporary table ``unusable_files`` (job, incident, rank, path, problem, detail).
     Raises ``ArchiveError`` when no file at all can be read. ``written``: every rank file
     there, as the import that just wrote them describes them (``ImportReport.rank_files``),
-    so their footers are not read again (at 8,192 ranks that took 5-8 s); they are when
+    so their footers are not read again (seconds at thousands of ranks); they are when
     every page is being verified (``verifying_pages``). ``members``: each rank's groups'
     members, for files written without ``pg_ranks`` (``ImportReport.members``): ``src``
     reads the column from them, as it reads the lists of the large groups whose members a
@@ -188,7 +188,7 @@ def register_archive(
         f"CREATE OR REPLACE VIEW src_rows AS {_canonical(connection, 'src_files', members=False)}"
     )
     # from lists, not Arrow (pyarrow is not imported to read an archive: fr_otel.schema),
-    # nor executemany, which inserts a row at a time (0.65 s for 1,024 rank files)
+    # nor executemany, which inserts a row at a time: a statement per rank file
     connection.execute(
         "CREATE OR REPLACE TABLE src_rank_files AS SELECT unnest($job::VARCHAR[]) AS job,"
         " unnest($incident::VARCHAR[]) AS incident, unnest($rank::BIGINT[]) AS rank,"
@@ -227,7 +227,7 @@ def _scan(files: str, union: bool) -> str:
 def _copy_table(connection: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
     """Table ``name``, a copy of ``table``. Not TEMP: like the views, seen by the
     connection's cursors (fr-otel sql's). From Arrow, not executemany, which inserts a row
-    at a time (0.65 s for 1,024 rank files)."""
+    at a time: a statement per rank file."""
     connection.register(f"{name}_arrow", table)
     connection.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM {name}_arrow")
     connection.unregister(f"{name}_arrow")
@@ -459,8 +459,8 @@ def connect(
     else:
         opened = _connect_while(settings, meanwhile)
     connection = stack.enter_context(opened)
-    # DuckDB draws a progress bar on standard output under any statement past 2 s (the
-    # first pass at 8,192 ranks): there it would land in a verdict written as JSON
+    # DuckDB draws a progress bar on standard output under any statement past 2 s (a
+    # large incident's first pass): there it would land in a verdict written as JSON
     connection.execute("SET enable_progress_bar = false")
     return connection
 
@@ -469,9 +469,8 @@ def _connect_while(
     settings: dict[str, str | bool | int | float | list[str]], meanwhile: Callable[[], object]
 ) -> duckdb.DuckDBPyConnection:
     """``duckdb.connect(config=settings)`` in a thread of its own while ``meanwhile`` runs
-    in this one. Opening a database took ~20 ms of a 0.47 s re-analysis at 256 ranks x
-    2,000 entries, which loading the analysis's modules now hides (0.066-0.073 s for both
-    one after the other, 0.047-0.051 s together)."""
+    in this one. Opening a database is a noticeable part of a short re-analysis; beside
+    the loading of the analysis's modules its time is hidden rather than added."""
     import duckdb
 
     opened: list[duckdb.DuckDBPyConnection] = []
@@ -500,9 +499,9 @@ def _connect_while(
 
 _NO_CHECKPOINT = "1000TB"
 """DuckDB checkpoints even an in-memory database once 16 MiB of changes accumulate,
-compressing its tables. The analysis's tables live for one command: a checkpoint cost
-0.13-0.18 s of a 0.6-0.75 s analysis at 256 ranks x 2,000 entries, and 6 s of 36 s at
-8,192 ranks, where peak RSS stayed the same (3.37 against 3.36 GB)."""
+compressing its tables. The analysis's tables live for one command: a checkpoint is a
+large share of an analysis's time that no later read repays, and it does not lower the
+analysis's peak memory."""
 
 
 def _import_for_analysis(
@@ -549,9 +548,8 @@ def _import_into(
 def _load_analysis() -> None:
     """Load DuckDB and the analysis's modules, which nothing before the analysis needs, in
     time this process would otherwise spend waiting: while the import's workers convert
-    dumps (at 256 dumps x 2,000 entries, on 2 cores, the import and these loads took
-    0.69-0.72 s together against 0.72-0.73 s one after the other; a core the workers
-    leave free saves all of it, ~50 ms), or while DuckDB opens the database."""
+    dumps (where the workers leave a core free the loads cost no time at all; where they
+    fill every core, little is gained), or while DuckDB opens the database."""
     importlib.import_module("fr_otel.analysis.engine")
 
 

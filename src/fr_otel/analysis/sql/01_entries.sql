@@ -5,8 +5,8 @@
 -- Findings fetch the text of the few entries they show.
 --
 -- The rows are copied once: no intermediate copy of every entry (a CTE that two readers
--- share is one, which at 256 ranks x 2,000 entries cost an eighth of this file's time and
--- 80 MB more memory); a batch's completion is set on its few rows afterwards.
+-- share is one, and costs time and memory for every row); a batch's completion is set on
+-- its few rows afterwards.
 CREATE OR REPLACE TEMP TABLE e AS
 SELECT * EXCLUDE (done_self), done_self AS done, false AS in_batch
 FROM (
@@ -25,9 +25,8 @@ FROM (
         CASE WHEN call_site IS NOT NULL THEN hash(call_site) END AS site,
         -- the fingerprint that must agree across a group; ops whose sizes legitimately
         -- differ across ranks (all_to_all, gather, scatter) leave sizes out of it. Each
-        -- branch yields a hash, never a list: a CASE over lists copied every row's list
-        -- (0.05-0.08 CPU-s at 256 ranks x 2,000 entries), and hashing hd reads no dtype
-        -- list twice
+        -- branch yields a hash, never a list: a CASE over lists copies every row's list,
+        -- and hashing hd reads no dtype list twice
         CASE WHEN variable_size THEN hash(op, NULL, NULL, hd)
              ELSE hash(op, input_sizes, output_sizes, hd) END AS h,
         hd,

@@ -39,7 +39,7 @@ WITH per_slot AS (
 ),
 split AS (
     -- only slots whose members disagree need their fingerprints counted: counting them
-    -- for every slot took two thirds of this statement
+    -- for every slot would be most of this statement
     SELECT gid, seq,
            count(*) AS signatures,
            arg_max(sig, n) AS majority_sig,
@@ -76,7 +76,7 @@ reach AS (
 ),
 early AS (
     -- only slots before some member's buffer begins need counting (a join and a grouping
-    -- of every slot took a third of this statement)
+    -- of every slot would be a large part of this statement)
     SELECT r.gid, r.seq, sum(s.n) AS covering
     FROM ranked r
     JOIN reach h ON h.gid = r.gid AND r.seq < h.all_from
@@ -168,8 +168,8 @@ WHERE EXISTS (SELECT 1 FROM failed_gloo f
 -- alike, each with a dump. Then it holds this rank nowhere, returned already or not.
 CREATE OR REPLACE TEMP TABLE unretired_gloo AS
 WITH went_past AS (
-    -- unfinished gloo collectives a rank issued something after: few, read from e (a
-    -- join of every slot with its summary cost 46 ms at 256 ranks x 2,000 entries)
+    -- unfinished gloo collectives a rank issued something after: few, so read from e
+    -- rather than found by joining every slot with its summary, a pass over all slots
     SELECT e.gid, e.seq, e.rank, e.op
     FROM e JOIN dumped d ON d.rank = e.rank AND d.last_record > e.record_id
     WHERE e.gloo AND NOT e.done AND NOT e.p2p AND NOT e.in_batch AND e.op <> 'coalesced'

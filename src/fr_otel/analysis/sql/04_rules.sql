@@ -1,7 +1,7 @@
 -- Shape rules each entry must satisfy on its own, whatever its peers did.
 -- Joins take each group's size, never its member list: joined, the list is copied into
--- every row (at 8,192 ranks, the default group's 8,192 members into millions of rows:
--- 2.9 CPU-s in all_to_all_balance). MATERIALIZED: else DuckDB moves len() above the join.
+-- every row (at 8,192 ranks, the default group's 8,192 members into millions of rows,
+-- seconds of CPU in all_to_all_balance). MATERIALIZED: else DuckDB moves len() above the join.
 CREATE OR REPLACE TEMP TABLE rule_violations AS
 WITH sizes AS MATERIALIZED (SELECT gid, len(members) AS size, unknown_members FROM groups)
 SELECT

@@ -3,10 +3,10 @@
 -- a group's rows: the site's typical member (the lower median of its members' medians, so
 -- that two stragglers of four ranks do not pull it up to half their lateness), the
 -- group's steps (its sites' most collectives) and its clock uncertainty (its least
--- certain member's). Only rows that may pass stragglers._late come back, ordered: of
--- 124,928 rows in a simulated 8,192-rank incident 4,096, where building an object for
--- every row took 1.4 s of Python. The bounds are loose by a rounding step; Python
--- applies the exact ones.
+-- certain member's). Only rows that may pass stragglers._late come back, ordered: a small
+-- share of a large incident's rows, where building a Python object for every row would
+-- cost more than the query. The bounds are loose by a rounding step; Python applies the
+-- exact ones.
 -- Read back by stragglers.site_lateness: the columns are SiteLateness's fields.
 WITH per_rank AS (
     SELECT gid, coalesce(site, hash(op)) AS unit, any_value(op) AS op, rank,
