@@ -2,12 +2,12 @@
 
 A command whose work is all done and written when it returns (``analyze``) says so
 (``may_end_quickly``). The process then ends without the interpreter's own teardown,
-which frees every module's objects one by one: after ``fr-otel analyze`` of 256 ranks x
-2,000 entries that took 0.09-0.11 s of a 1.2 s run, against 0.02 s without it. Exit
-handlers still run and output is still flushed; only the freeing is skipped, which the
-operating system does at once. What such a command still holds when it returns (a
-DuckDB connection whose close took 0.055 s after ``fr-otel analyze DUMPS`` of 256 ranks,
-temporary folders) it may leave to the end too (``leave_to_exit``).
+which frees every module's objects one by one: after ``fr-otel analyze`` that teardown
+is a noticeable part of the run, spent after the verdict is out. Exit handlers still run
+and output is still flushed; only the freeing is skipped, which the operating system does
+at once. What such a command still holds when it returns (a DuckDB connection, whose
+close frees its tables one by one too, temporary folders) it may leave to the end too
+(``leave_to_exit``).
 """
 
 from __future__ import annotations

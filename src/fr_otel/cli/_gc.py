@@ -1,12 +1,11 @@
 """The cyclic garbage collector's pace in a command that runs once and then ends.
 
-Python collects its youngest objects every 700 net allocations. ``fr-otel analyze`` of
-256 dumps x 2,000 entries made 131 collections, one of them full, in 25-27 ms of a
-1.25-1.4 s run, and they freed ~600 objects: what it allocates is modules' objects that
-live as long as the process, and trees of rows and outcomes that reference counting
-frees. Every 50,000 allocations, it made one collection (6.6 ms). Cycles are still
-collected, only in larger batches; the recorder, inside a training process, never
-changes the pace.
+Python collects its youngest objects every 700 net allocations. ``fr-otel analyze``
+would then run a hundred or more collections, some of them full, that free next to
+nothing: what it allocates is modules' objects that live as long as the process, and
+trees of rows and outcomes that reference counting frees. A pace of tens of thousands
+of allocations leaves a handful. Cycles are still collected, only in larger batches;
+the recorder, inside a training process, never changes the pace.
 """
 
 from __future__ import annotations

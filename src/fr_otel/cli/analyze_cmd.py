@@ -220,8 +220,8 @@ def _analysed(
     path: Path, job: str | None, incident: str | None, stack: contextlib.ExitStack
 ) -> Analysis:
     """The analysis of ``path``, its session left open on ``stack``: closing it (DuckDB's
-    tables; for dumps, the temporary archive) took 26 ms after a 256-rank re-analysis and
-    0.8 s at 8,192 ranks, time the verdict need not wait for."""
+    tables; for dumps, the temporary archive) takes time that grows with the incident,
+    time the verdict need not wait for."""
     from fr_otel.analysis.session import open_session
     from fr_otel.analysis.source import reading_damaged_files
 
@@ -256,7 +256,8 @@ def _rings_as_archive(
 
     if is_archive(path):
         return True
-    # not before: it brings in pyarrow.compute, 45-50 ms that an archive's analysis skips
+    # not before: it brings in pyarrow.compute, a slow import that an archive's analysis
+    # skips
     from fr_otel.archive.manifest import describe_ranks
     from fr_otel.recorder.ring_import import holds_rings, import_rings
 
