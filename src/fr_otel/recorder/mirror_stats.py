@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 COST_MEMORY = 5
 """Continuous mode's cap uses the median cost of this many recent reads: one read slowed by
-the machine (twice the usual, in DDP runs here) would otherwise hold its reads back under
-the cap while torch overwrote entries. The spacing of other reads (``FrMirror._interval``) uses the
-larger of that median and the last read's cost: reads cost more as torch's buffer fills,
-and a median that lagged behind them let the first reads of a DDP job come three times as
-often as ``frsource.COST_FACTOR`` allows (4 reads of 12-22 ms in its first 8 s)."""
+a busy machine would otherwise hold its reads back under the cap while torch overwrote
+entries. The spacing of other reads (``FrMirror._interval``) uses the larger of that
+median and the last read's cost: reads cost more as torch's buffer fills, and a median
+that lags behind them lets the first reads of a job come far more often than
+``frsource.COST_FACTOR`` allows."""
 
 
 @dataclass(kw_only=True)

@@ -290,8 +290,8 @@ class Recorder:
         """The launcher's SIGTERM, once this rank's incident is declared: end by it, but
         not before a flush in progress in another thread (the training thread's, after its
         collective raised) has written its archive. Joining that incident returns at once,
-        and ending then lost every rank's evidence when torchrun's SIGTERM came 0.1 s
-        after the failure."""
+        and ending then would lose every rank's evidence: torchrun's SIGTERM comes a
+        moment after the failure, before the flush is done."""
         from fr_otel.recorder.triggers import end_by_signal
 
         if self._flush_lock.acquire(timeout=self.settings.flush_deadline_s):
@@ -699,11 +699,11 @@ def _system_allocator() -> None:
     chose an allocator (``ARROW_DEFAULT_MEMORY_POOL``).
 
     The recorder's threads build Arrow columns while the training thread runs. With
-    pyarrow's default (its bundled mimalloc), the continuous export's encoding of 1,600
-    spans took 3-4 ms of CPU in some passes and 17-44 ms in others, with no more page
-    faults (a 2-rank DDP job here); with the system allocator, 3-5 ms every time, and the
-    export thread's CPU per training step went from 26-33 to 15.6 µs. Buffers allocated
-    before the switch are freed to the pool they came from.
+    pyarrow's default (its bundled mimalloc), the continuous export's encoding of the
+    same spans costs several times more CPU in some passes than in others, with no more
+    page faults; with the system allocator every pass costs alike, and the export
+    thread's CPU per training step is lower. Buffers allocated before the switch are
+    freed to the pool they came from.
     """
     from fr_otel.config import arrow_pool_chosen
 

@@ -58,13 +58,14 @@ _MEMBERS_SCHEMA = with_members_type(RECORD_SCHEMA, MEMBERS_DICTIONARY)
 ``members_as_dictionary``)."""
 _DICTIONARY_MIN_MEMBERS = 1024
 """``members_as_dictionary`` applies to passes with a group larger than this: the dictionary
-column costs a pass ~35 us more to build and encode, and copying a list this long into a
-row costs ~3 us (8,192 members: ~20 us)."""
+column costs a pass a fixed amount more to build and encode, which pays only where
+copying the member list into every row, a cost that grows with the list, costs more."""
 
 _DISTINCT: dict[Hashable, pa.Table] = {}
 """Per-distinct-value columns, by what they were built from (its ``repr``, or the frozen
-groups themselves: a repr of a 100,000-member list is 6 ms): a running job has a few
-groups, signatures and call sites, and every export pass converts the same ones."""
+groups themselves: a repr costs by the member, and a default group may have tens of
+thousands): a running job has a few groups, signatures and call sites, and every export
+pass converts the same ones."""
 _DISTINCT_LIMIT = 256
 _REPEATED: dict[str, tuple[Hashable, pa.Table]] = {}
 """Per kind, the last single value's row repeated (with room for larger passes): a pass
