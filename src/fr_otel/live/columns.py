@@ -1,11 +1,11 @@
 """A look's new collectives as columns: what the board and the stall watch take in bulk.
 
 A tight loop of small collectives issues thousands a second per rank, and an object made
-and placed for each cost the agent about 5 µs a collective. Here each rank's new slots are
-decoded as numpy arrays, and what the ranks intern separately (a group, a signature, a
-call site) becomes one small integer per distinct value on this host (``Ids``), so that
-members are compared with array operations; a ``Head`` is made only for a collective the
-agent reports (a candidate, a stall).
+and placed for each would cost the agent far more per collective than array operations
+do. So each rank's new slots are decoded as numpy arrays, and what the ranks intern
+separately (a group, a signature, a call site) becomes one small integer per distinct
+value on this host (``Ids``), so that members are compared with array operations; a
+``Head`` is made only for a collective the agent reports (a candidate, a stall).
 """
 
 from __future__ import annotations
