@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 # Column types are named here, not built: the Arrow objects above are made on first use
 # (``__getattr__``), so that readers of an archive that need only names and SQL types
-# (an analysis, ``fr-otel sql``) never import pyarrow, and numpy with it (0.05 s).
+# (an analysis, ``fr-otel sql``) never import pyarrow, and numpy with it, a slow import.
 # "list<T>" is a list of T; "frame" is FRAME_TYPE.
 _FRAME_FIELDS = (("name", "string"), ("filename", "string"), ("line", "int64"))
 _SIZES = "list<list<int64>>"

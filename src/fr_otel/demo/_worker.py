@@ -301,8 +301,9 @@ def main(argv: Sequence[str]) -> NoReturn:
     c10d: Any = torch._C._distributed_c10d  # private, so absent from torch's type stubs
     if a.rank in scenario.culprit_ranks and culprit_step is not None:
         if not a.no_stack_traces:
-            # The first dump with stack traces spends ~1 s of CPU setting up the symbolizer;
-            # doing it while the peers dump takes it off the critical path. Discarded.
+            # The first dump with stack traces spends on the order of a second of CPU
+            # setting up the symbolizer; doing it while the peers dump takes it off the
+            # critical path. Discarded.
             c10d._dump_fr_trace(includeCollectives=True, includeStackTraces=True)
         _wait_for(a.workdir / "go", launcher_pid)
         works = culprit_step(c)

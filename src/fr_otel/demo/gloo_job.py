@@ -17,11 +17,11 @@ Why the choreography (observed with torch 2.13.0+cpu, 2 cores):
   size`` (SIGABRT, thrown on gloo's transport thread where nothing catches it). NCCL would
   hang instead. A peer that is still running when the culprit acts can die before it dumps.
 * **The first dump with stack traces is slow.** The first
-  ``_dump_fr_trace(includeStackTraces=True)`` in a process takes about 1 s of CPU to set up
-  the symbolizer (1.5 to 2 s of wall time with 3 to 4 ranks on 2 cores); the same with
-  ``TORCH_SYMBOLIZE_MODE`` set to fast, dladdr or addr2line. Later dumps take about 1 ms, as
-  does any dump without stack traces. Culprits therefore make a throw-away dump while they
-  wait.
+  ``_dump_fr_trace(includeStackTraces=True)`` in a process spends on the order of a second
+  of CPU setting up the symbolizer (longer in wall time when ranks share few cores); the
+  same with ``TORCH_SYMBOLIZE_MODE`` set to fast, dladdr or addr2line. Later dumps take
+  around a millisecond, as does any dump without stack traces. Culprits therefore make a
+  throw-away dump while they wait.
 * **Letting peers exit first makes retired racy.** If the peers have exited, the culprit's
   collective fails at once with ``Connection closed by peer`` (an IoException, which gloo
   catches, so nothing aborts). Gloo then retires it within microseconds, racing the dump, so
@@ -76,10 +76,9 @@ Why the choreography (observed with torch 2.13.0+cpu, 2 cores):
     ``gloo:all_gather``, with output ``[[group_size, n]]``.
 * **Entry counts per rank.** Warm-up: 8 entries on rank 0 and on the last rank, 10 on the
   ranks in between (members of both subgroups). The fault step adds 0 to 3 entries.
-* **Timing (2 cores, stack traces on).** Each scenario takes 3 to 6 s at its default world.
-  About 2 s of that is importing torch; the rest is the first, symbolizing dump. The same
-  runs take 2.3 to 3 s with stack traces off at world 3 to 4, about 9 s at world 6 and 11 s
-  at world 8.
+* **Timing.** A scenario's time is mostly importing torch and, with stack traces on, the
+  first, symbolizing dump; with them off it is mostly the import. It grows with the world
+  where ranks outnumber the cores, each rank importing torch on its own.
 * **fr_trace disagrees with the ground truth.** torch's ``fr_trace``, run on these dumps with
   pg_config patched, finds every fault, but in size_mismatch and skipped_collective it
   blames every peer (ranks 0 and 2; ranks 0, 2 and 3), because it takes the odd rank's

@@ -37,7 +37,7 @@ def where(finding: Finding) -> str | None:
 def listed(ranks: list[int], limit: int | None = None) -> str:
     """'0, 8, 16' (sorted); past ``limit`` ranks, '0, 8, 16 and 40 more'."""
     # here, not at the top: every CLI command imports this module, and the analysis
-    # package brings duckdb and pyarrow (0.13 s) to commands that never analyse
+    # package brings duckdb and pyarrow, slow imports, to commands that never analyse
     from fr_otel.analysis.findings import rank_list
 
     return rank_list(sorted(ranks), limit=limit)

@@ -59,7 +59,7 @@ def gc_paused() -> Iterator[None]:
     """Pause the cyclic GC while building millions of acyclic objects.
 
     Each generation-2 pass walks every live container; with a few million works and entry
-    dicts alive that made simulation and dump building 3 to 10 times slower. Nothing built
+    dicts alive that makes simulation and dump building several times slower. Nothing built
     here forms reference cycles, so reference counting frees it all anyway.
     """
     was_enabled = gc.isenabled()
