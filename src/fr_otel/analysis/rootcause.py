@@ -446,7 +446,11 @@ def _roots(ordered: list[Finding], sinks: list[frozenset[int]], graph: WaitGraph
             roots.append(i)
             if finding.kind == "missing_rank":
                 stopped |= finding.absent_ranks
-    # a silent rank is the suspect only where no finding with evidence explains the jam
+    # a silent rank is a suspect only where no root has evidence, in any jam: one root with
+    # evidence drops every silent root, even in a jam it does not touch (a rank that left
+    # no dump may be stuck behind that culprit for all the dumps show, and a silence
+    # beside evidence would be a second suspect on no evidence). Where only silences are
+    # roots, a finding that blames a dumped rank on evidence may still go first.
     if any(ordered[i].kind != "silent_rank" for i in roots):
         roots = [i for i in roots if ordered[i].kind != "silent_rank"]
     elif roots:
