@@ -192,7 +192,7 @@ OTEL_EXPORTER_OTLP_TRACES_HEADERS = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
 
 OTEL_EXPORTER_OTLP_COMPRESSION = "OTEL_EXPORTER_OTLP_COMPRESSION"
 """``gzip`` or ``none``. Default in fr_otel: ``gzip``, over HTTP at zlib's fastest level 1
-(``transport.GZIP_LEVEL``): spans compress to about 8-10 %; ``none`` to an endpoint on this
+(``http_exporter.GZIP_LEVEL``): spans compress to about 8-10 %; ``none`` to an endpoint on this
 machine (``LOCAL_DEFAULT_COMPRESSION``)."""
 
 OTEL_EXPORTER_OTLP_TRACES_COMPRESSION = "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"
@@ -259,7 +259,7 @@ DEFAULT_OTLP_PROTOCOL = PROTOCOL_HTTP
 """The SDK specification's default since 2023 (``grpc`` before)."""
 DEFAULT_OTLP_COMPRESSION = "gzip"
 """Deviates from the SDK (no compression): spans are repetitive text and shrink ~10x even at
-the fastest level (what OTLP/HTTP uses, ``transport.GZIP_LEVEL``), which matters when
+the fastest level (what OTLP/HTTP uses, ``http_exporter.GZIP_LEVEL``), which matters when
 thousands of ranks flush at the same moment."""
 LOCAL_DEFAULT_COMPRESSION = "none"
 """The default to an endpoint on this machine (a loopback address, ``localhost``, a Unix

@@ -23,25 +23,16 @@ from fr_otel import config
 from fr_otel.archive import import_dumps
 from fr_otel.errors import ConfigError
 from fr_otel.otel import model
+from fr_otel.otel.delivery import send_all
 from fr_otel.otel.encode import encode_requests
+from fr_otel.otel.exporter import AttemptResult, ExporterOptions, ExportOutcome, RequestExporter
+from fr_otel.otel.grpc_exporter import GrpcExporter, grpc_target
+from fr_otel.otel.http_exporter import GZIP_LEVEL, HttpExporter, parse_retry_after
+from fr_otel.otel.payload import Payload, span_count
 from fr_otel.otel.rpc_status import status_retry_delay
+from fr_otel.otel.split import split_request
 from fr_otel.otel.spool import REJECTED_DIR, resend, spool, spooled
-from fr_otel.otel.transport import (
-    GZIP_LEVEL,
-    AttemptResult,
-    ExporterOptions,
-    ExportOutcome,
-    GrpcExporter,
-    HttpExporter,
-    Payload,
-    RequestExporter,
-    exporter_for,
-    grpc_target,
-    parse_retry_after,
-    send_all,
-    span_count,
-    split_request,
-)
+from fr_otel.otel.transport import exporter_for
 from fr_otel.otel.wire import encode_requests_fast
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 from tests.otlp_receiver import OtlpReceiver, rpc_status

@@ -16,8 +16,9 @@ from fr_otel.archive.incidents import Incident
 from fr_otel.archive.read import read_incident
 from fr_otel.errors import ArchiveError, ConfigError
 from fr_otel.otel.encode import encode_requests
+from fr_otel.otel.exporter import AttemptResult, ExportOutcome
 from fr_otel.otel.jsonfile import to_otlp_json
-from fr_otel.otel.transport import AttemptResult, ExportOutcome, Payload, span_count
+from fr_otel.otel.payload import Payload, span_count
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 from fr_otel.sinks import (
     ExportInput,

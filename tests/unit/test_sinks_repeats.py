@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from fr_otel.otel.delivery import send_all
+from fr_otel.otel.exporter import AttemptResult, ExportOutcome
+from fr_otel.otel.payload import Payload
 from fr_otel.otel.repeats import RepeatedWarnings
-from fr_otel.otel.transport import AttemptResult, ExportOutcome, Payload, send_all
 from fr_otel.sinks.otlp import OtlpSink, transport_warnings
 from tests.rows import canonical_row, canonical_table
 
@@ -50,7 +52,7 @@ class _Down:
 
 
 def test_without_a_gate_send_all_warns_each_time(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="fr_otel.otel.transport"):
+    with caplog.at_level(logging.WARNING, logger="fr_otel.otel.delivery"):
         for _ in range(3):
             send_all([b"x"], _Down(), deadline_s=0.05)
     assert sum("not delivered" in r.getMessage() for r in caplog.records) == 3
@@ -61,7 +63,7 @@ def test_an_otlp_sink_sending_every_pass_to_a_down_collector_warns_once(
 ) -> None:
     table = canonical_table([canonical_row(record_id=i) for i in range(3)])
     gate = transport_warnings()
-    with caplog.at_level(logging.WARNING, logger="fr_otel.otel.transport"):
+    with caplog.at_level(logging.WARNING, logger="fr_otel.otel.delivery"):
         for _ in range(5):  # five passes of continuous mode, one rank
             sink = OtlpSink(
                 exporter=_Down(),

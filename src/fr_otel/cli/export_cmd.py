@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     )
 
     from fr_otel.config import OtlpSettings
-    from fr_otel.otel.transport import ExportOutcome, Payload, RequestExporter, SendReport
+    from fr_otel.otel.delivery import SendReport
+    from fr_otel.otel.exporter import ExportOutcome, RequestExporter
+    from fr_otel.otel.payload import Payload
     from fr_otel.sinks import ExportInput, ExportResult, RecordSink, SpanSink
 
 SLOW_ANSWER_S = 1.0
@@ -317,7 +319,7 @@ def _settings(endpoint: str, protocol: str | None) -> tuple[OtlpSettings, str]:
 
 def _describe(settings: OtlpSettings) -> str:
     from fr_otel import config
-    from fr_otel.otel.transport import grpc_target
+    from fr_otel.otel.grpc_exporter import grpc_target
 
     if settings.protocol == config.PROTOCOL_GRPC:
         target, tls = grpc_target(settings.endpoint, insecure=settings.insecure)
@@ -380,7 +382,8 @@ class _Narrated:
                 click.echo(message, err=True)
 
     def export(self, request: Payload, deadline: float) -> ExportOutcome:
-        from fr_otel.otel.transport import AttemptResult, span_count
+        from fr_otel.otel.exporter import AttemptResult
+        from fr_otel.otel.payload import span_count
 
         timer = threading.Timer(SLOW_ANSWER_S, self._slow)
         timer.daemon = True

@@ -24,17 +24,11 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from fr_otel.config import OTLP_TRACES_PATH, PROTOCOL_GRPC, OtlpSettings
 from fr_otel.live.otlp import LiveFinding, live_logs, live_spans
-from fr_otel.otel.transport import (
-    GRPC_LOGS_METHOD,
-    GRPC_METRICS_METHOD,
-    AttemptResult,
-    ExporterOptions,
-    GrpcExporter,
-    HttpExporter,
-    RequestExporter,
-    backoff_delay,
-    exporter_for,
-)
+from fr_otel.otel.delivery import backoff_delay
+from fr_otel.otel.exporter import AttemptResult, ExporterOptions, RequestExporter
+from fr_otel.otel.grpc_exporter import GRPC_LOGS_METHOD, GRPC_METRICS_METHOD, GrpcExporter
+from fr_otel.otel.http_exporter import HttpExporter
+from fr_otel.otel.transport import exporter_for
 
 OTLP_LOGS_PATH = "/v1/logs"
 OTLP_METRICS_PATH = "/v1/metrics"

@@ -38,7 +38,9 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from fr_otel.errors import ConfigError
-from fr_otel.otel.transport import Payload, RequestExporter, SendReport, as_message, send_all
+from fr_otel.otel.delivery import SendReport, send_all
+from fr_otel.otel.exporter import RequestExporter
+from fr_otel.otel.payload import Payload, as_message
 
 try:  # advisory locking is POSIX; elsewhere a second resend is simply not prevented
     import fcntl

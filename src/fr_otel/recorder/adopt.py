@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fr_otel.config import RecorderSettings
-from fr_otel.otel.transport import RequestExporter
+from fr_otel.otel.exporter import RequestExporter
 from fr_otel.recorder.flush import FlushReport, flush_ring
 from fr_otel.recorder.ring import (
     adopted,

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from fr_otel.archive.layout import partition_dir
 from fr_otel.config import RecorderSettings
-from fr_otel.otel.transport import RequestExporter
+from fr_otel.otel.exporter import RequestExporter
 from fr_otel.recorder.frmerge import merge_gpu_state
 from fr_otel.recorder.ring import RingContents
 from fr_otel.recorder.table import past_gaps, ring_table

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fr_otel.config import RecorderSettings
+from fr_otel.otel.exporter import RequestExporter
 from fr_otel.otel.repeats import RepeatedWarnings
-from fr_otel.otel.transport import RequestExporter
 from fr_otel.recorder.flush import span_resource
 from fr_otel.recorder.ring import RingContents, RingWriter
 from fr_otel.recorder.slot import COMPLETED, FAILED, RECORD_OF, SCHEDULED, STATE_OF

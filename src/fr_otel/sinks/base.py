@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         ExportTraceServiceRequest,
     )
 
-    from fr_otel.otel.transport import SendReport
+    from fr_otel.otel.delivery import SendReport
 
 
 @dataclass(kw_only=True)

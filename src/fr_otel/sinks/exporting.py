@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from fr_otel.archive.incidents import Incident, pick_incident
 from fr_otel.archive.read import read_incident
 from fr_otel.errors import ConfigError
-from fr_otel.otel.transport import span_count
+from fr_otel.otel.payload import span_count
 from fr_otel.sinks.base import ExportResult, RecordSink, SpanSink
 
 if TYPE_CHECKING:

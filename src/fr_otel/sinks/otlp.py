@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fr_otel.otel.delivery import SendReport, send_all
+from fr_otel.otel.exporter import RequestExporter
+from fr_otel.otel.payload import Payload
 from fr_otel.otel.repeats import RepeatedWarnings
 from fr_otel.otel.spool import resend, spool, spooled
-from fr_otel.otel.transport import Payload, RequestExporter, SendReport, send_all
 from fr_otel.sinks.base import ExportResult
 from fr_otel.sinks.spans import Resource, SpansFromRows, configured_resource, wire_requests
 
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 def transport_warnings() -> RepeatedWarnings:
     """A gate for the transport's warnings; share one among the sinks of one exporter."""
-    return RepeatedWarnings(logger=logging.getLogger("fr_otel.otel.transport"))
+    return RepeatedWarnings(logger=logging.getLogger("fr_otel.otel.delivery"))
 
 
 @dataclass(kw_only=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fr_otel.otel.transport import as_message
+from fr_otel.otel.payload import as_message
 from fr_otel.otel.wire import encode_requests_fast
 from fr_otel.sinks.base import ExportResult
 
