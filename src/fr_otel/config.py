@@ -1,5 +1,9 @@
 """Every environment variable fr_otel reads, in one place.
 
+It is long because it is the one owner of every variable fr_otel reads or sets: by the
+project's rule each one's name, meaning, default, parsing and precedence live here, not in
+the modules that use them.
+
 Precedence everywhere: an explicit argument, then the specific variable, then the
 generic one, then the default. A bad value in the environment logs a warning and falls
 back to the default (a typo in a launcher script must not kill a training job); a bad
