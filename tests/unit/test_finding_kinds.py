@@ -80,7 +80,7 @@ def _evidence_classes() -> dict[str, type[Evidence]]:
 
 def test_every_evidence_class_belongs_to_a_kind() -> None:
     classes = _evidence_classes()
-    # a class another one extends is a base (findings.Evidence, divergence.SlotEvidence)
+    # a class another one extends is a base (findings.Evidence, divergence_evidence.SlotEvidence)
     bases = {
         name
         for name, cls in classes.items()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fr_otel.analysis import analyze, open_session
-from fr_otel.analysis.divergence import MismatchEvidence, SkipEvidence
+from fr_otel.analysis.divergence_evidence import MismatchEvidence, SkipEvidence
 from fr_otel.analysis.findings import (
     RANKS_IN_WORDS,
     EntryRef,

@@ -12,11 +12,12 @@ from fr_otel.analysis import (
     prepared,
     rootcause,
     rules,
+    slots,
     snapshots,
     stragglers,
     waits,
 )
-from fr_otel.analysis.divergence import SlotEvidence
+from fr_otel.analysis.divergence_evidence import SlotEvidence
 from fr_otel.analysis.findings import Analysis, Finding, GroupRef, rank_list, resolve_entries
 from fr_otel.analysis.source import Incident, rows_of_ranks
 from fr_otel.analysis.sqlfiles import CONSTANTS, group_key, rendered, run_file, sql_files
@@ -184,7 +185,7 @@ def analyze_connection(
     graph = waits.WaitGraph.build(connection, heads, groups, dumped)
 
     findings: list[Finding] = []
-    for view in divergence.load_group_views(connection, groups):
+    for view in slots.load_group_views(connection, groups):
         findings.extend(divergence.classify(view))
     findings = _merge_same_slot(findings, rules.shape_rule_findings(connection, groups))
     findings = _merge_same_slot(findings, rules.all_to_all_findings(connection, groups))

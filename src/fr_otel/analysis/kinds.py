@@ -63,7 +63,7 @@ FINDING_KINDS: tuple[FindingKind, ...] = (
         category="absence",
         words="a rank never joined a collective",
         meaning="a member never issued a collective its peers wait in",
-        evidence=("divergence.MissingRankEvidence",),
+        evidence=("divergence_evidence.MissingRankEvidence",),
         faults=("missing_rank",),
     ),
     FindingKind(
@@ -71,7 +71,7 @@ FINDING_KINDS: tuple[FindingKind, ...] = (
         category="desync",
         words="a rank skipped a collective",
         meaning="a member skipped collectives and went on, its later ones shifted",
-        evidence=("divergence.SkipEvidence",),
+        evidence=("divergence_evidence.SkipEvidence",),
         faults=("skipped_collective",),
     ),
     FindingKind(
@@ -79,7 +79,7 @@ FINDING_KINDS: tuple[FindingKind, ...] = (
         category="desync",
         words="ranks issued different collectives",
         meaning="members issued different ops at one slot",
-        evidence=("divergence.MismatchEvidence", "divergence.SidesEvidence"),
+        evidence=("divergence_evidence.MismatchEvidence", "divergence_evidence.SidesEvidence"),
         faults=("op_type_mismatch",),
     ),
     FindingKind(
@@ -91,8 +91,8 @@ FINDING_KINDS: tuple[FindingKind, ...] = (
             " forbid (all_to_all splits that do not add up)"
         ),
         evidence=(
-            "divergence.MismatchEvidence",
-            "divergence.SidesEvidence",
+            "divergence_evidence.MismatchEvidence",
+            "divergence_evidence.SidesEvidence",
             "rules.ShapeRuleEvidence",
             "rules.AllToAllEvidence",
         ),
@@ -103,7 +103,7 @@ FINDING_KINDS: tuple[FindingKind, ...] = (
         category="desync",
         words="ranks disagree on dtypes",
         meaning="members passed different dtypes to one collective",
-        evidence=("divergence.MismatchEvidence", "divergence.SidesEvidence"),
+        evidence=("divergence_evidence.MismatchEvidence", "divergence_evidence.SidesEvidence"),
         faults=("dtype_mismatch",),
     ),
     FindingKind(
@@ -111,7 +111,7 @@ FINDING_KINDS: tuple[FindingKind, ...] = (
         category="desync",
         words="ranks issued collectives in a different order",
         meaning="a member issued a window of collectives in another order than its peers",
-        evidence=("divergence.ReorderEvidence",),
+        evidence=("divergence_evidence.ReorderEvidence",),
         faults=("reordered_collectives",),
     ),
     FindingKind(
