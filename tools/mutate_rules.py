@@ -40,9 +40,9 @@ DIVERGENCE = "src/fr_otel/analysis/divergence.py"
 ROOTCAUSE = "src/fr_otel/analysis/rootcause.py"
 
 SHAPE = (
-    "tests/unit/test_analyze_rules.py::test_each_shape_rule_names_what_breaks_it_and_nothing_else"
+    "tests/unit/test_analysis_rules.py::test_each_shape_rule_names_what_breaks_it_and_nothing_else"
 )
-PINNED = "tests/unit/test_analyze_rules_pinned.py"
+PINNED = "tests/unit/test_analysis_rules_pinned.py"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,8 +78,8 @@ MUTANTS = (
         old="AND e.out_numel <> e.in_numel * g.size",
         new="AND e.out_numel < 0",
         tests=(
-            "tests/unit/test_analyze_rules.py::test_all_gather_base_numel_rule_is_checked",
-            "tests/unit/test_analyze_rules.py::test_every_all_gather_name_is_held_to_the_all_gather_rule",
+            "tests/unit/test_analysis_rules.py::test_all_gather_base_numel_rule_is_checked",
+            "tests/unit/test_analysis_rules.py::test_every_all_gather_name_is_held_to_the_all_gather_rule",
         ),
     ),
     Mutant(
@@ -88,7 +88,7 @@ MUTANTS = (
         old="AND NOT (e.gloo AND e.out_numel = e.in_numel))",
         new=")",
         tests=(
-            "tests/unit/test_analyze_workloads.py::test_functional_all_gather_as_gloo_records_it_breaks_no_shape_rule",
+            "tests/unit/test_analysis_workloads.py::test_functional_all_gather_as_gloo_records_it_breaks_no_shape_rule",
         ),
     ),
     Mutant(
@@ -126,7 +126,7 @@ MUTANTS = (
         old="AND sum(a.in_numel) <> sum(a.out_numel))",
         new="AND false)",
         tests=(
-            "tests/unit/test_analyze_culprits.py::test_one_fault_is_one_root_and_one_finding_per_consequence[all_to_all_splits]",
+            "tests/unit/test_analysis_culprits.py::test_one_fault_is_one_root_and_one_finding_per_consequence[all_to_all_splits]",
         ),
     ),
     Mutant(
@@ -142,7 +142,7 @@ MUTANTS = (
         old="AND NOT bool_and(a.done))",
         new="AND false)",
         tests=(
-            "tests/unit/test_analyze_missing.py::test_an_all_to_all_that_cannot_balance_without_a_members_dump",
+            "tests/unit/test_analysis_missing.py::test_an_all_to_all_that_cannot_balance_without_a_members_dump",
         ),
     ),
     # --- 04_rules.sql: p2p_pending
@@ -204,7 +204,7 @@ MUTANTS = (
         old='culprits = sorted(r["rank"] for r in per_rank if (r["i"], r["o"]) != usual)',
         new='culprits = sorted(r["rank"] for r in per_rank if (r["i"], r["o"]) == usual)',
         tests=(
-            "tests/unit/test_analyze_culprits.py::test_one_fault_is_one_root_and_one_finding_per_consequence[all_to_all_splits]",
+            "tests/unit/test_analysis_culprits.py::test_one_fault_is_one_root_and_one_finding_per_consequence[all_to_all_splits]",
             f"{PINNED}::test_the_all_to_all_member_that_differs_from_the_majority_is_the_culprit",
         ),
     ),
@@ -231,7 +231,7 @@ MUTANTS = (
         old='if slot.ops != reference.ops:\n        return "op_type_mismatch"',
         new='if False:\n        return "op_type_mismatch"',
         tests=(
-            "tests/unit/test_analyze_sim.py::test_root_cause_matches_ground_truth[16-0-op_type_mismatch]",
+            "tests/unit/test_analysis_sim.py::test_root_cause_matches_ground_truth[16-0-op_type_mismatch]",
         ),
     ),
     Mutant(
@@ -240,7 +240,7 @@ MUTANTS = (
         old='if slot.dsig != reference.dsig:\n        return "dtype_mismatch"',
         new='if False:\n        return "dtype_mismatch"',
         tests=(
-            "tests/unit/test_analyze_sim.py::test_root_cause_matches_ground_truth[16-0-dtype_mismatch]",
+            "tests/unit/test_analysis_sim.py::test_root_cause_matches_ground_truth[16-0-dtype_mismatch]",
         ),
     ),
     Mutant(
@@ -263,7 +263,7 @@ MUTANTS = (
         old='return Order(-1 if a.collective_seq_id < b.collective_seq_id else 1, "sequence")',
         new='return Order(-1 if a.collective_seq_id > b.collective_seq_id else 1, "sequence")',
         tests=(
-            "tests/unit/test_analyze_rules.py::test_of_two_causes_in_one_group_the_earlier_collective_is_the_root",
+            "tests/unit/test_analysis_rules.py::test_of_two_causes_in_one_group_the_earlier_collective_is_the_root",
         ),
     ),
     Mutant(
@@ -272,7 +272,7 @@ MUTANTS = (
         old="votes = sum(1 if pa[r] < pb[r] else -1 for r in pa.keys() & pb.keys())",
         new="votes = sum(1 if pa[r] > pb[r] else -1 for r in pa.keys() & pb.keys())",
         tests=(
-            "tests/unit/test_analyze_culprits.py::test_a_cross_group_wait_cycle_is_resolved_by_the_replica_pair",
+            "tests/unit/test_analysis_culprits.py::test_a_cross_group_wait_cycle_is_resolved_by_the_replica_pair",
         ),
     ),
     Mutant(
@@ -281,7 +281,7 @@ MUTANTS = (
         old="vote = _vote(self._replica_positions(a), self._replica_positions(b))",
         new="vote = 0",
         tests=(
-            "tests/unit/test_analyze_culprits.py::test_a_cross_group_wait_cycle_is_resolved_by_the_replica_pair",
+            "tests/unit/test_analysis_culprits.py::test_a_cross_group_wait_cycle_is_resolved_by_the_replica_pair",
         ),
     ),
     Mutant(
@@ -297,7 +297,7 @@ MUTANTS = (
         old="if gap >= TIME_MARGIN_NS:",
         new="if True:",
         tests=(
-            "tests/unit/test_analyze_culprits.py::test_a_wait_cycle_no_evidence_orders_is_ambiguous",
+            "tests/unit/test_analysis_culprits.py::test_a_wait_cycle_no_evidence_orders_is_ambiguous",
         ),
     ),
     Mutant(
@@ -316,8 +316,8 @@ MUTANTS = (
         ),
         new="causes: set[int] = set()",
         tests=(
-            "tests/unit/test_analyze_sim.py::test_root_cause_matches_ground_truth[16-0-size_mismatch]",
-            "tests/unit/test_analyze_culprits.py::test_one_fault_is_one_root_and_one_finding_per_consequence",
+            "tests/unit/test_analysis_sim.py::test_root_cause_matches_ground_truth[16-0-size_mismatch]",
+            "tests/unit/test_analysis_culprits.py::test_one_fault_is_one_root_and_one_finding_per_consequence",
         ),
     ),
     Mutant(
@@ -329,8 +329,8 @@ MUTANTS = (
         ),
         new="pass",
         tests=(
-            "tests/unit/test_analyze_workloads.py::test_faulty_workload_names_the_culprit_and_its_group",
-            "tests/unit/test_analyze_workloads.py::test_2d_mesh_dp_waits_are_consequences_of_the_tp_culprit",
+            "tests/unit/test_analysis_workloads.py::test_faulty_workload_names_the_culprit_and_its_group",
+            "tests/unit/test_analysis_workloads.py::test_2d_mesh_dp_waits_are_consequences_of_the_tp_culprit",
         ),
     ),
     Mutant(
@@ -339,7 +339,7 @@ MUTANTS = (
         old='roots = [i for i in roots if ordered[i].kind != "silent_rank"]',
         new="roots = list(roots)",
         tests=(
-            "tests/unit/test_analyze_missing.py::test_evidence_in_the_dumps_present_outranks_a_missing_dumps_silence",
+            "tests/unit/test_analysis_missing.py::test_evidence_in_the_dumps_present_outranks_a_missing_dumps_silence",
             f"{PINNED}::test_a_silence_is_no_cause_beside_a_finding_with_evidence",
         ),
     ),
@@ -349,7 +349,7 @@ MUTANTS = (
         old="roots = _evidence_before_silence(ordered, roots, graph) or roots",
         new="roots = list(roots)",
         tests=(
-            "tests/unit/test_analyze_missing.py::test_a_stopped_ranks_evidence_outranks_the_silence_its_peers_seem_to_wait_on",
+            "tests/unit/test_analysis_missing.py::test_a_stopped_ranks_evidence_outranks_the_silence_its_peers_seem_to_wait_on",
         ),
     ),
     Mutant(
@@ -358,7 +358,7 @@ MUTANTS = (
         old="    if waiting:\n        finding.culprit_ranks",
         new="    if False:\n        finding.culprit_ranks",
         tests=(
-            "tests/unit/test_analyze_culprits.py::test_a_cross_group_wait_cycle_is_resolved_by_the_replica_pair",
+            "tests/unit/test_analysis_culprits.py::test_a_cross_group_wait_cycle_is_resolved_by_the_replica_pair",
         ),
     ),
 )

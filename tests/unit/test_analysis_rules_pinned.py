@@ -9,7 +9,7 @@ from pathlib import Path
 from fr_otel.analysis import Analysis, analyze
 from fr_otel.analysis.findings import Finding
 from tests.fr_dumps import FRAMES, fr_dump, fr_entry, write_pickle
-from tests.unit.test_analyze_culprits import _subgroups
+from tests.unit.test_analysis_culprits import _subgroups
 
 Entries = dict[int, list[dict[str, object]]]
 
@@ -252,7 +252,7 @@ def test_of_two_causes_no_rank_shares_the_earlier_by_far_is_the_root(tmp_path: P
 
 
 def test_a_wait_cycle_whose_collectives_were_far_apart_is_ordered_by_time(tmp_path: Path) -> None:
-    # rc_far_times_never_count: the cycle no rank orders (test_analyze_culprits'
+    # rc_far_times_never_count: the cycle no rank orders (test_analysis_culprits'
     # test_a_wait_cycle_no_evidence_orders_is_ambiguous), its default-group collectives
     # moved a second later: rank 1 was absent from the pair all_reduce first
     folder = _subgroups(tmp_path, drop_replica_pair=True)
