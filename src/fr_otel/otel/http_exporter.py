@@ -31,10 +31,9 @@ logger = logging.getLogger(__name__)
 
 GZIP_LEVEL = 1
 """zlib's fastest level, for OTLP/HTTP with ``gzip`` (gRPC compresses with grpc's own):
-the recorder's export thread shares the cores with training. Measured on encoded requests
-(an 8-rank simulated fleet, and one recorder ring in continuous mode), level 1 takes
-1.3-2.3 µs a span and leaves 8-10 % of the bytes; level 6 costs 2-3 times the CPU for
-7-15 % fewer bytes (7-9 %), level 9 nearly 4 times the CPU for hardly fewer again."""
+the recorder's export thread shares the cores with training. On encoded requests (a
+simulated fleet's, a recorder ring's in continuous mode) level 1 already leaves about a
+tenth of the bytes; higher levels cost several times the CPU for barely fewer."""
 
 RETRYABLE_HTTP_STATUS = frozenset({429, 502, 503, 504})
 """OTLP/HTTP specification: these and only these failures are retried."""

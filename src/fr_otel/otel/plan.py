@@ -38,8 +38,8 @@ Form = Literal["value", "text", "count", "json", "call_site", "members"]
   attributes (``call_site_attributes``), none for a null or empty one;
 - ``members``: a group's member list, as the int array ``key`` up to
   ``model.PG_RANKS_LISTED_MAX`` members, and above that as its runs
-  (``rankranges``) in ``model.PG_RANK_RANGES``: a list on every span of a 10,000-rank
-  group was 98 % of the span.
+  (``rankranges``) in ``model.PG_RANK_RANGES``: on every span of a 10,000-rank group a
+  list would be nearly all of the span's bytes.
 """
 
 Only = Literal["p2p", "collective"]
@@ -186,9 +186,10 @@ def _members_pair(key: str, ranks: list[int]) -> tuple[str, Any]:
 @functools.lru_cache(maxsize=8)
 def _runs(ranks: tuple[int, ...]) -> str | None:
     """``to_ranges`` of ``ranks``, once per group (an encoder meets the same few groups in
-    every block: at 100,000 members each conversion is 25 ms; a rank has few groups over
-    64 members, so 8 are kept); ``None`` for a list that is not plain non-negative ints,
-    which no group has: it stays a list, nothing lost."""
+    every block, and a conversion walks the whole list: at 100,000 members it costs far
+    more than the block's spans; a rank has few groups over 64 members, so 8 are kept);
+    ``None`` for a list that is not plain non-negative ints, which no group has: it stays
+    a list, nothing lost."""
     if not all(type(r) is int and r >= 0 for r in ranks):
         return None
     return to_ranges(ranks)

@@ -2,7 +2,7 @@
 
 A span of a large group cannot carry the member list as an int array: at 10,000 ranks the
 list is 50 KB of every default-group span, and at 100,000 ranks a rank's flush of 2,000
-entries was 1.2 GB of OTLP. Real layouts make every group a few arithmetic runs (tp, pp
+entries runs to gigabytes of OTLP. Real layouts make every group a few arithmetic runs (tp, pp
 and dp groups are strided, the default group contiguous), so the list is written as its
 runs, in group-rank order: ``a`` is one rank, ``a-b`` every rank from a to b, ``a-b/s``
 every s-th (descending when a > b). Lists that are not runs stay exact, only longer.

@@ -2,11 +2,11 @@
 
 The same requests as ``fr_otel.otel.encode.encode_requests`` (same resource grouping,
 attribute order, status, times, ids and request boundaries), but produced straight in
-protobuf wire format, for the recorder's flush of a full buffer when a timeout hits: the
-protobuf classes cost tens of microseconds per span, the SDK's tracer about 150.
+protobuf wire format, for the recorder's flush of a full buffer when a timeout hits: building
+the protobuf classes costs an order of magnitude more per span, the SDK's tracer more again.
 
-How it stays fast (under 3 µs a span against the SDK's 120-150, see
-``benchmarks/flush_vs_sdk.py``):
+How it stays fast (per span, well over an order of magnitude below the SDK, which
+``benchmarks/flush_vs_sdk.py`` measures):
 
 - What spans share is encoded once. Each column is reduced to per-row integer codes in
   Arrow (list columns included), and the codes of every column that does not change
@@ -534,7 +534,7 @@ def _int_prefix_table() -> pa.Array:
 def _scalar(value: bytes | str | int, kind: pa.DataType) -> pa.Scalar:
     """``value`` as an Arrow scalar, made once. pyarrow converts a Python literal handed to
     a compute function on every call, and that conversion tries to import ``dateutil`` (not
-    a dependency) each time: 0.1 ms a call, which was most of a small batch's encoding."""
+    a dependency) each time, a cost that would be most of a small batch's encoding."""
     return pa.scalar(value, kind)
 
 
@@ -673,7 +673,8 @@ class _Rows:
         )
         # The ids hash key_lead + the row's tail. The lead is hashed once per block and the
         # hasher copied per row: it holds the group's member list, 600 KB at 100,000 ranks,
-        # which spread over the rows took 1.2 GB and 2 ms a span.
+        # which joined onto every row's tail would be hashed and held again for every span,
+        # gigabytes for a flush and far more time than the rest of a span's encoding.
         leads = [b.key_lead.encode() for b in blocks]
         self.trace_hashers = [blake2b(lead, digest_size=16) for lead in leads]
         self.span_hashers = [blake2b(lead, digest_size=8) for lead in leads]
