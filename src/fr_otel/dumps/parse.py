@@ -155,8 +155,9 @@ def decode_dump(data: bytes, path: str) -> tuple[dict[str, Any], str]:
 def decode_dump_stream(handle: BinaryIO, path: str) -> tuple[dict[str, Any], str]:
     """Like ``decode_dump`` for a seekable binary stream positioned at its start.
 
-    Unpickling straight from a buffered file is ~3x faster than from an in-memory copy
-    (the C unpickler prefetches through ``peek``), and this is the import's hot path.
+    Unpickling straight from a buffered file is several times faster than from an
+    in-memory copy (the C unpickler prefetches through ``peek``), and this is the import's
+    hot path.
     """
     head = handle.peek(64)[:64] if hasattr(handle, "peek") else handle.read(64)
     if not hasattr(handle, "peek"):
@@ -220,7 +221,8 @@ def _parse_ranks(value: Any) -> list[int] | None:
     if not isinstance(value, list) or not value:
         return None
     # one pass over types, not one isinstance per member: a default group lists every
-    # rank of the job, 8,192 members at 8,192 ranks (1.3 ms a group, now 0.6)
+    # rank of the job and every group of every dump comes through here, so at thousands of
+    # ranks the per-member Python call is most of the work
     if set(map(type, value)) == {int}:
         return list(value)
     if all(isinstance(r, int) for r in value):  # bools, int subclasses
@@ -259,8 +261,8 @@ def global_peer(pg_ranks: list[int] | None, local_peer: int | None) -> int | Non
 
 
 # The entry fields as torch writes them. Converting every entry in one C++ call through
-# this struct type is ~10x faster than building columns in Python; keys a version lacks
-# come out null, and keys we do not list (``frames``) are ignored.
+# this struct type is an order of magnitude faster than building columns in Python; keys a
+# version lacks come out null, and keys we do not list (``frames``) are ignored.
 _INT_FIELDS = (
     "record_id",
     "pg_id",
@@ -408,7 +410,8 @@ def raw_entries(entries: list[dict[str, Any]]) -> pa.StructArray:
 def _without_zeros(array: pa.Array) -> pa.Array:
     # pickle says None and JSON says 0 for "not discovered"
     # Arrow scalars, not Python literals: pyarrow converts a literal on every call and,
-    # without dateutil installed, tries to import it each time (0.1 ms a call)
+    # without dateutil installed, tries to import it each time, which costs far more than
+    # the comparison
     return pc.if_else(pc.equal(array, pa.scalar(0, array.type)), pa.scalar(None, pa.int64()), array)
 
 
@@ -573,8 +576,9 @@ def _members(
 
 def _repeated_lists(lists: list[list[int] | None], index: pa.Array) -> pa.Array:
     """``lists[index[i]]`` for every row, as a list<int64> column. A group's member list
-    is on every row of its entries (at 8,192 ranks, 890,000 values a dump): concatenating
-    one Arrow array per row is 4x faster than ``take`` on a list array."""
+    is on every row of its entries (at thousands of ranks, hundreds of thousands of values a
+    dump): concatenating one Arrow array per row is several times faster than ``take`` on a
+    list array."""
     if not len(index) or index.null_count or any(ranks is None for ranks in lists):
         return pa.array(lists, type=pa.list_(pa.int64())).take(index)
     arrays = [pa.array(ranks, type=pa.int64()) for ranks in lists]
@@ -746,7 +750,8 @@ def _build(
     # a row's peer depends only on its (group, profiling name): computed once per pair
     names = len(profiling_values)
     # a typed scalar: pyarrow infers an untyped one's type, and on the way tries to import
-    # dateutil each time where it is not installed (0.15 ms a dump, 4% of a worker's time)
+    # dateutil each time where it is not installed: a few percent of a worker's time, for one
+    # number
     width = pa.scalar(names, pa.int64())
     pair_index = pc.add(pc.multiply(name_index.cast(pa.int64()), width), profiling_index)
     pairs, pair_rows = encoded(pair_index)
