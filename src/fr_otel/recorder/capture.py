@@ -21,10 +21,10 @@ called from C, which adds no frame, the Python code recording in two halves arou
 
 The module is long because the wrapper is the hooks' measured hot path: its common case is
 inlined on ``Capture``'s closure locals, with no Python call but the original's (inlining
-took its warm cost from 4.6-7.1 to 1.8-2.9 µs a call; ``benchmarks/recorder_overhead.py``
-measures what training pays), and the compiled hook's
-slow path, the recorded call's two halves and the group and call-site caches it reads are
-that same state. What it does not read per call lives elsewhere (``process_groups``).
+more than halves its warm cost per call; ``benchmarks/recorder_overhead.py`` measures what
+training pays), and the compiled hook's slow path, the recorded call's two halves and the
+group and call-site caches it reads are that same state. What it does not read per call
+lives elsewhere (``process_groups``).
 """
 
 from __future__ import annotations
@@ -233,7 +233,8 @@ class _OwnSequence:
 
 
 def _sequence_of(pg: Any, fallback: Callable[[], int]) -> Callable[[], int]:
-    """The group's own collective counter (0.2-0.3 µs a call on gloo), if it has one."""
+    """The group's own collective counter (on gloo a call costs a small part of the hook's
+    own), if it has one."""
     counter = getattr(pg, "_get_sequence_number_for_group", None)
     try:
         if counter is not None and isinstance(counter(), int):
@@ -442,7 +443,7 @@ class Capture:
         self._library: dict[int, bool] = {}
         """id(code) -> is it torch's (or fr_otel's) own frame. Keyed by id: hashing a code
         object hashes its constants, which for a module's code is every function in the
-        file (8 µs for a 600-line script, on every call)."""
+        file: a cost that grows with the file, paid on every call."""
         self._codes: dict[int, CodeType] = {}
         """Keeps the code objects of ``_library`` alive, so their ids stay theirs."""
         self._local = threading.local()

@@ -18,15 +18,14 @@ and rows of both meet. This module decides when to read; ``torch_fr`` reads torc
 columns, and ``mirror_rows`` writes what a read brings into the torch ring.
 
 Reading FR costs the training thread: torch's dump functions hold the GIL while they
-serialise the buffer (measured on 2 cores: 14-21 ms for a pickle dump of 2,000 entries,
-during which no other Python thread runs). So the mirror reads it only when torch's
-counters say it holds ops the ring lacks, and then at most once per ``COST_FACTOR`` times
-the recent reads' cost: the stall stays near 1% of wall time, whatever the buffer's size.
-What the mirror adds to torch's dump is kept small: the dump is decoded into columns by
-the import's C decoder, and only the entries newer than the last read become Python
-values (``mirror_rows``; 2,000 entries of which 1,260 new: 6-8 ms after the dump as dicts,
-3-4 ms so).
-Asking a group's counter costs 0.2-0.3 µs and holds nothing.
+serialise the buffer (tens of milliseconds for torch's default 2,000 entries, during
+which no other Python thread runs). So the mirror reads it only when torch's counters say
+it holds ops the ring lacks, and then at most once per ``COST_FACTOR`` times the recent
+reads' cost: the stall stays a small, fixed share of wall time, whatever the buffer's
+size. What the mirror adds to torch's dump is kept small: the dump is decoded
+into columns by the import's C decoder, and only the entries newer than the last read
+become Python values (``mirror_rows``), about half the work of taking the dump as dicts.
+Asking a group's counter is cheap and holds nothing, so the mirror asks before it reads.
 """
 
 from __future__ import annotations
@@ -56,10 +55,10 @@ most 2% of a core. Past that rate of C++ collectives, entries torch overwrote be
 are counted as missed."""
 FILL_SHARE = 0.85
 """Continuous mode reads once torch's buffer holds this share of entries no read has
-brought (torch's counters say how many, 0.2-0.3 µs a group). Each read costs the whole
-buffer (torch serialises all of it), so the CPU per collective goes as 1 / share: reads
-planned from a measured rate came at 60-65% of the buffer in DDP runs here (a burst had to
-be planned for), each entry paying for 1.6 times its own dump. What is left (300 of
+brought (torch's counters say how many, cheaply). Each read costs the whole buffer (torch
+serialises all of it), so the CPU per collective goes as 1 / share: reads planned from a
+observed rate must leave room for a burst, and in DDP runs came at little more than half
+the buffer, each entry paying for well over its own dump. What is left (300 of
 torch's default 2,000 entries) absorbs a rate that doubles between two looks, or a look
 that comes late."""
 MIN_INTERVAL_S = 1.0

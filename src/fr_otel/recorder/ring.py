@@ -19,9 +19,9 @@ for anything seen before) and one ``pack_into``.
 The module is a little over 800 lines because it is the ring's measured fast paths over one
 mapping and its offsets: the hooks' writes, and the watch's reads of the same slots
 (``slots``, ``collective_keys``: one ``iter_unpack`` per contiguous run, numpy where
-installed; 3.62 -> 0.80 µs of watch CPU per call in an all_reduce loop, which
-``benchmarks/recorder_overhead.py`` measures). Reading a dead ring's files back
-(``read_ring``) reads the header and meta lines the writer defines.
+installed, a fraction of a Python loop's watch CPU per collective, which
+``benchmarks/recorder_overhead.py`` measures in an all_reduce loop). Reading a dead ring's
+files back (``read_ring``) reads the header and meta lines the writer defines.
 """
 
 from __future__ import annotations
@@ -442,7 +442,8 @@ class RingWriter:
         ``end`` the ring still holds, in record order. The watch asks a few times a second,
         over every record since its last look: the slots are decoded as arrays and each
         group's seqs found in one pass in C (a Python loop over the slots cost the watch
-        2-3 µs a record: 0.2-0.4% of a tight all_reduce loop's CPU)."""
+        about as much per record as the hook's write itself, a visible share of a tight
+        all_reduce loop's CPU)."""
         listed: dict[int, tuple[list[int], list[int]]] = {}
         arrays: dict[int, tuple[list[Any], list[int]]] = {}
         for held in self._held(first_record, end):

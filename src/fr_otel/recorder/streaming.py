@@ -48,9 +48,9 @@ SMALL_BATCH = 64
 SMALL_BATCH_INTERVALS = 5
 """Fewer than ``SMALL_BATCH`` records waiting leave at the interval only once
 ``SMALL_BATCH_INTERVALS`` intervals have passed since the last pass. A pass has a fixed cost
-(the table, the encoder's columns, the request: 1.4 ms of CPU for one span here, against
-about 7 µs for each further span), so a sparse stream (a barrier or a metrics all_reduce
-now and then) paid that cost every second for a span or two. The OpenTelemetry SDK's batch
+(the table, the encoder's columns, the request: a couple of orders of magnitude more CPU
+than each further span adds), so a sparse stream (a barrier or a metrics all_reduce now
+and then) would pay that cost every interval for a span or two. The OpenTelemetry SDK's batch
 processor likewise waits up to 5 s unless a batch fills. An incident's flush sends what
 waits, whatever its size."""
 
