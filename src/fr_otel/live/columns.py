@@ -11,7 +11,7 @@ value on this host (``Ids``), so that members are compared with array operations
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -92,28 +92,14 @@ class Columns:
 
     def select(self, which: Any) -> Columns:
         """The rows a boolean mask or an index array picks."""
-        return Columns(
-            rank=self.rank[which],
-            key=self.key[which],
-            seq=self.seq[which],
-            fp=self.fp[which],
-            site=self.site[which],
-            created=self.created[which],
-            mirrored=self.mirrored[which],
-        )
+        return Columns(**{name: getattr(self, name)[which] for name in _COLUMNS})
 
     @staticmethod
     def concat(parts: Sequence[Columns]) -> Columns:
         if len(parts) == 1:
             return parts[0]
         return Columns(
-            rank=np.concatenate([p.rank for p in parts]),
-            key=np.concatenate([p.key for p in parts]),
-            seq=np.concatenate([p.seq for p in parts]),
-            fp=np.concatenate([p.fp for p in parts]),
-            site=np.concatenate([p.site for p in parts]),
-            created=np.concatenate([p.created for p in parts]),
-            mirrored=np.concatenate([p.mirrored for p in parts]),
+            **{name: np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS}
         )
 
     def by_group(self) -> Iterable[tuple[int, Columns]]:
@@ -123,6 +109,9 @@ class Columns:
     def by_rank(self) -> Iterable[tuple[int, Columns]]:
         """(rank, its rows), each rank once."""
         yield from _split(self, self.rank)
+
+
+_COLUMNS = tuple(column.name for column in fields(Columns))
 
 
 def groups_of(looked: Iterable[Columns]) -> Iterator[tuple[int, Columns]]:

@@ -123,10 +123,10 @@ class Board:
                 continue
             low = group.lowest(local)
             upto = low if low is not None else max(group.reached.values())
-            found += self._settle(key, group, max(upto, group.settled))
+            found += self._settle(group, max(upto, group.settled))
         return sorted(found, key=lambda c: (c.heads[0].group_key, c.seq))
 
-    def _settle(self, key: int, group: _Group, upto: int) -> list[Candidate]:
+    def _settle(self, group: _Group, upto: int) -> list[Candidate]:
         """Compare the pending rows up to ``upto``; keep the rest (the newest
         ``SLOTS_PER_GROUP`` seqs)."""
         rows = Columns.concat(group.pending)

@@ -84,7 +84,7 @@ def fingerprint(signature: Signature) -> Hashable:
     runs ``reduce_scatter_tensor`` as ``all_reduce``) is learned by each rank at its own
     next read of torch's FR, so two members would otherwise differ for a few seconds.
     Rings written before the hooks kept the function called name the op only."""
-    op = getattr(signature, "api", None) or signature.op
+    op = called_op(signature)
     if op in _VARIABLE_SIZE or signature.op in _VARIABLE_SIZE:
         moved = tuple(sorted({*signature.input_dtypes, *signature.output_dtypes}))
         return (op, moved)
@@ -95,6 +95,11 @@ def fingerprint(signature: Signature) -> Hashable:
         tuple(signature.input_dtypes),
         tuple(signature.output_dtypes),
     )
+
+
+def called_op(signature: Signature) -> str:
+    """The function the user called where the hooks saw it, else torch's op."""
+    return getattr(signature, "api", None) or signature.op
 
 
 class _Cursor:
@@ -223,12 +228,14 @@ class RankRings:
             if not len(slots):
                 continue
             lookup = self._lookup(offset, ids)
-            if not lookup.knows(slots):
+            groups, fps = lookup.ids_of(slots)
+            if (groups == _NOT_KNOWN).any() or (fps == _NOT_KNOWN).any():
                 # interned after the last read of the meta (the writer appends a line
                 # before the first slot that uses it)
                 self._refresh(force=True)
                 lookup = self._lookup(offset, ids)
-            parts.append(lookup.columns(self.rank, slots, mirrored=offset != 0))
+                groups, fps = lookup.ids_of(slots)
+            parts.append(lookup.columns(self.rank, slots, groups, fps, mirrored=offset != 0))
         return Columns.concat(parts) if parts else empty()
 
     def new_heads(self, ids: Ids | None = None) -> list[Head]:
@@ -318,9 +325,7 @@ class _Lookup:
             index - offset: (
                 _LEFT_OUT
                 if signature.is_p2p
-                else ids.fingerprint(
-                    fingerprint(signature), getattr(signature, "api", None) or signature.op
-                )
+                else ids.fingerprint(fingerprint(signature), called_op(signature))
             )
             for index, signature in contents.signatures.items()
             if mine(index)
@@ -339,16 +344,13 @@ class _Lookup:
             sites=_table(sites) if sites is not None else None,
         )
 
-    def knows(self, slots: Any) -> bool:
-        """Every slot's group and signature are named."""
-        return bool(
-            (_at(self.groups, slots["group"]) != _NOT_KNOWN).all()
-            and (_at(self.fingerprints, slots["signature"]) != _NOT_KNOWN).all()
-        )
+    def ids_of(self, slots: Any) -> tuple[Any, Any]:
+        """Each slot's group and fingerprint ids (``_NOT_KNOWN`` where the meta does not
+        name its index, ``_LEFT_OUT`` for a point-to-point signature)."""
+        return _at(self.groups, slots["group"]), _at(self.fingerprints, slots["signature"])
 
-    def columns(self, rank: int, slots: Any, *, mirrored: bool) -> Columns:
-        groups = _at(self.groups, slots["group"])
-        fps = _at(self.fingerprints, slots["signature"])
+    def columns(self, rank: int, slots: Any, groups: Any, fps: Any, *, mirrored: bool) -> Columns:
+        """The slots as rows, given their ``ids_of``."""
         keep = (groups >= 0) & (fps >= 0)  # unnamed even after a read of the meta: left out
         if not keep.all():
             slots, groups, fps = slots[keep], groups[keep], fps[keep]
