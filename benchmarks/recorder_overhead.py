@@ -23,8 +23,10 @@ or ``all``, the default):
    (those only continuous mode starts) per span sent during the loop. Launches differ from
    each other by tens of percent on a small machine, so the spread of ``off`` is printed:
    it is what this figure can resolve.
-   ``install()`` also turns torch's own Flight Recorder on (``TORCH_FR_BUFFER_SIZE``); that
-   is part of what the recorder modes pay here. Continuous mode is checked to have really
+   Every mode runs with torch's own Flight Recorder at its default size (the launches
+   drop ``TORCH_FR_*`` and ``TORCH_NCCL_*`` from the environment, and ``install()`` leaves
+   the size alone): what torch's FR costs is in ``off`` too, not in the recorder's figure.
+   Continuous mode is checked to have really
    exported: spans that reached the receiver against the collectives the ranks issued
    (torch's own count, ``_get_sequence_number_for_group`` of the default group), and the
    recorder's ``spans_sent`` / ``spans_dropped`` / ``recorder_errors`` after ``close()``.
