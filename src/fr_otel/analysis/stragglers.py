@@ -132,7 +132,8 @@ def create_arrival(
 
 
 def arrival_query(source: str, where: str) -> str:
-    """A query of the arrival rows of ``source`` (canonical rows) that ``where`` selects."""
+    """A query of the arrival rows of ``source`` (canonical rows) that ``where`` selects,
+    for a connection with the rules over canonical rows (``sqlfiles.prepare``)."""
     return f"SELECT {ARRIVAL_COLUMNS} FROM ({_arrival_sql(_coll_from_rows(source, where))})"
 
 

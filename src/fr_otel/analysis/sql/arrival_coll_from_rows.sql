@@ -13,9 +13,8 @@ coll AS MATERIALIZED (
            CASE WHEN backend = 'gloo' THEN time_completed_ns END AS time_completed_ns,
            duration_ms
     FROM {source}
-    WHERE {where} AND collective_seq_id IS NOT NULL AND NOT coalesce(is_p2p, false)
-      AND op NOT IN ('send', 'recv', 'coalesced')
-      AND (state = 'completed' OR (backend = 'gloo' AND coalesce(retired, false)))
+    WHERE {where} AND collective_seq_id IS NOT NULL AND NOT entry_p2p(is_p2p, op)
+      AND op <> 'coalesced' AND entry_done(state, backend, retired)
     QUALIFY row_number() OVER (
         PARTITION BY job, incident, pg_name, pg_ranks, collective_seq_id, rank
         ORDER BY record_id) = 1
