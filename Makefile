@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards chromium e2e-tools
+.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards chromium e2e-tools alerting-tools
 
 $(STAMP): requirements-dev.txt pyproject.toml setup.py src/fr_otel/recorder/_fasthook.c src/fr_otel/recorder/_lastgasp.c
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 
-unit: $(STAMP) chromium e2e-tools
+unit: $(STAMP) chromium e2e-tools alerting-tools
 	$(BIN)/pytest -q
 
 # The browser tests open the HTML report in Debian's chromium (no browser download:
@@ -43,6 +43,28 @@ chromium:
 		{ $$SUDO apt-get update -qq >/dev/null && $$SUDO apt-get install -y -qq chromium >/dev/null; }; }
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "the browser tests need chromium: apt-get install chromium" >&2; exit 1; }
+
+# The alert rules' checks (promtool) and the alert end-to-end test's real Prometheus and
+# Alertmanager: Debian's packages, installed when missing and apt can. Only their binaries
+# are used: a policy-rc.d that refuses every start keeps their services from starting
+# (it is removed again unless it was there before).
+ALERTING_BINARIES := /usr/bin/prometheus /usr/bin/promtool /usr/bin/prometheus-alertmanager \
+	/usr/bin/amtool
+alerting-tools:
+	@ls $(ALERTING_BINARIES) >/dev/null 2>&1 || { \
+		echo "installing Debian's prometheus and prometheus-alertmanager for the alert tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+		POLICY=/usr/sbin/policy-rc.d; OWN=; \
+		[ -e $$POLICY ] || { printf '#!/bin/sh\nexit 101\n' | $$SUDO tee $$POLICY >/dev/null && \
+			$$SUDO chmod 755 $$POLICY && OWN=1; }; \
+		PKGS="prometheus prometheus-alertmanager"; \
+		$$SUDO apt-get install -y -qq --no-install-recommends $$PKGS >/dev/null 2>&1 || \
+		{ $$SUDO apt-get update -qq >/dev/null && \
+			$$SUDO apt-get install -y -qq --no-install-recommends $$PKGS >/dev/null; }; \
+		STATUS=$$?; [ -z "$$OWN" ] || $$SUDO rm -f $$POLICY; exit $$STATUS; }
+	@ls $(ALERTING_BINARIES) >/dev/null 2>&1 || { \
+		echo "the alert tests need promtool, prometheus, alertmanager and amtool:" \
+			"apt-get install prometheus prometheus-alertmanager" >&2; exit 1; }
 
 # The end-to-end tests' real Collector and Jaeger (tests/e2e/), built with Go from the
 # module proxy into build/bin: our Collector distribution from collector-config/builder.yaml

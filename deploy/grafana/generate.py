@@ -23,6 +23,7 @@ a dashboard that silently matches nothing.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from grafana_foundation_sdk.models import text as model_text
 
 from fr_otel.analysis.stragglers import arrival_query
 from fr_otel.otel import model
-from fr_otel.schema import RECORD_SCHEMA
+from fr_otel.schema import ENTRY_MACROS, RECORD_SCHEMA
 
 HERE = Path(__file__).resolve().parent
 DASHBOARDS_DIR = "dashboards"
@@ -602,6 +603,31 @@ def _sql_lines(*lines: str) -> str:
     return "\n".join(lines)
 
 
+_MACRO = re.compile(r"CREATE OR REPLACE TEMP MACRO (\w+)\(([^)]*)\) AS (.+)", re.DOTALL)
+
+
+def _inline_macros(sql: str) -> str:
+    """``sql`` with each call of the analysis' SQL macros (``schema.ENTRY_MACROS``) written
+    out: Grafana's DuckDB data source runs a panel's query on its own connection, where
+    nobody created them."""
+    for statement in ENTRY_MACROS:
+        match = _MACRO.fullmatch(statement)
+        if match is None:
+            raise ValueError(f"not a macro this generator can inline: {statement!r}")
+        name, params, body = match[1], [p.strip() for p in match[2].split(",")], match[3]
+
+        def expand(call: re.Match[str], params: list[str] = params, body: str = body) -> str:
+            args = [a.strip() for a in call[1].split(",")]
+            if len(args) != len(params):
+                raise ValueError(f"{call[0]!r}: expected {len(params)} arguments")
+            values = dict(zip(params, args, strict=True))
+            names = re.compile(r"\b(" + "|".join(map(re.escape, params)) + r")\b")
+            return "(" + names.sub(lambda m: values[m[1]], body) + ")"
+
+        sql = re.sub(rf"\b{name}\(([^()]*)\)", expand, sql)
+    return sql
+
+
 def archive() -> dash.Dashboard:
     job, incident_, rank = col("job"), col("incident"), col("rank")
     pg_desc, pg_name, seq = col("pg_desc"), col("pg_name"), col("collective_seq_id")
@@ -647,7 +673,7 @@ def archive() -> dash.Dashboard:
         "LIMIT 1000",
     )
     # the analyzer's own arrival relation (fr-otel sql's `arrival` view), on this incident
-    arrival = arrival_query(ARCHIVE_SOURCE, JOB_INCIDENT)
+    arrival = _inline_macros(arrival_query(ARCHIVE_SOURCE, JOB_INCIDENT))
     lateness = _sql_lines(
         f"SELECT r.{rank},",
         "  count(a.lateness_ns) AS collectives,",

@@ -541,8 +541,9 @@ def test_tempo_and_prometheus_configs() -> None:
         for static in job["static_configs"]
         for target in static["targets"]
     ]
-    assert targets == ["collector:8889"]
-    assert targets[0].split(":")[0] in services
+    # the span metrics and incident counter (:8889), the Collector's own telemetry (:8888)
+    assert targets == ["collector:8889", "collector:8888"]
+    assert {target.split(":")[0] for target in targets} <= set(services)
 
 
 # --- the Collector config the compose file mounts (written beside deploy/) ----------------
