@@ -143,7 +143,8 @@ def _deliver(
                     warnings,
                     logger,
                     "too-large",
-                    "dropping a single span the receiver finds too large",
+                    "dropping a single %s the receiver finds too large",
+                    "span" if span_count(request) else "request",
                 )
                 report.rejected.append(request)
             else:
@@ -155,8 +156,8 @@ def _deliver(
                 warnings,
                 logger,
                 "refused",
-                "receiver refused %d spans: %s",
-                span_count(request),
+                "receiver refused %s: %s",
+                f"{count} spans" if (count := span_count(request)) else "a request",
                 outcome.detail,
             )
             report.rejected.append(request)
@@ -237,7 +238,7 @@ def send_all(
         report.unsent.extend(pending)
         report.unsent.extend(r for r in source if not _empty(r))
     report.elapsed_s = time.monotonic() - started
-    if report.unsent:
+    if report.unsent and report.unsent_spans:
         warn(
             warnings,
             logger,
@@ -245,6 +246,15 @@ def send_all(
             "%d of %d spans not delivered: %s",
             report.unsent_spans,
             report.unsent_spans + report.sent_spans + report.rejected_spans,
+            "; ".join(report.reasons[-3:]),
+        )
+    elif report.unsent:  # log records or metrics: requests without spans
+        warn(
+            warnings,
+            logger,
+            "undelivered",
+            "%d requests not delivered: %s",
+            len(report.unsent),
             "; ".join(report.reasons[-3:]),
         )
     elif warnings is not None and report.sent_requests:

@@ -19,12 +19,13 @@ from fr_otel.otel.exporter import (
 )
 from fr_otel.otel.payload import Payload, as_bytes
 from fr_otel.otel.rpc_status import status_retry_delay
+from fr_otel.otel.signals import Signal
 
-GRPC_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-GRPC_LOGS_METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+GRPC_METHOD = Signal.TRACES.grpc_method
+GRPC_LOGS_METHOD = Signal.LOGS.grpc_method
 """For a logs request (``GrpcExporter(method=...)``): its answer reads as a trace answer,
 the partial success's fields have the same numbers and types."""
-GRPC_METRICS_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+GRPC_METRICS_METHOD = Signal.METRICS.grpc_method
 """For a metrics request: its answer, too, reads as a trace answer (same field numbers)."""
 GRPC_DEFAULT_PORT = 4317
 

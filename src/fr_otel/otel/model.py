@@ -99,6 +99,33 @@ LIVE_RANKS: Final = f"{NS}.live.ranks"
 """The blindness metrics' data point attribute: the ranks it cannot read (a string list,
 so that Prometheus gets one label, not a label per rank)."""
 
+# An incident as a signal (``otel.incident``): a log record with this event name, and a
+# monotonic sum counting incidents, whenever the recorder declares one or an analysis finds
+# something. Its kind is the root finding's (``FINDING_KIND``), or, for the recorder's
+# declaration before any analysis, the trigger's name (one of ``INCIDENT_TRIGGERS``).
+INCIDENT_EVENT: Final = f"{NS}.incident"
+INCIDENTS_METRIC: Final = f"{NS}.incidents"
+"""Monotonic cumulative sum (unit ``{incident}``); Prometheus names it
+``fr_otel_incidents_total``."""
+INCIDENT_TRIGGER: Final = f"{NS}.incident.trigger"
+"""What made the recorder declare the incident (one of ``INCIDENT_TRIGGERS``)."""
+INCIDENT_TRIGGERS: Final = (
+    "collective_error",
+    "timeout",
+    "torch_dump",
+    "uncaught_exception",
+    "aborted",
+    "terminated",
+    "signal",
+    "operator",
+    "job_failed",
+)
+"""The recorder's triggers, its incidents' kind before any analysis: a collective raised,
+one ran past its timeout, torch wrote its dump-on-timeout file, an exception nobody caught,
+``SIGABRT``, the launcher's ``SIGTERM``, the operator's signal or FIFO, the job failing
+without every rank flushing (``fr-otel run``). Anything else is counted as ``other``."""
+OTHER_TRIGGER: Final = "other"
+
 # Semantic conventions for the call site and errors.
 CODE_FUNCTION: Final = "code.function.name"
 CODE_FILE: Final = "code.file.path"

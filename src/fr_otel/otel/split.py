@@ -7,6 +7,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from fr_otel.otel.payload import Payload, as_message
+from fr_otel.otel.signals import Signal, signal_of
 
 
 def _subset(source: ResourceSpans, picks: list[tuple[int, Span]]) -> ResourceSpans:
@@ -26,11 +27,14 @@ def _subset(source: ResourceSpans, picks: list[tuple[int, Span]]) -> ResourceSpa
 def split_request(
     request: Payload,
 ) -> tuple[ExportTraceServiceRequest, ExportTraceServiceRequest] | None:
-    """Two requests holding half of ``request`` each, or ``None`` for a single span.
+    """Two requests holding half of ``request`` each, or ``None`` for a single span or a
+    request of another signal (an incident's log record or count is one item).
 
     Halves by resource (rank) when there are several, else by span, so each half keeps
     its resource and scope and the receiver sees the same data either way.
     """
+    if signal_of(request) is not Signal.TRACES:
+        return None
     resources = as_message(request).resource_spans
     if len(resources) > 1:
         middle = len(resources) // 2

@@ -6,7 +6,10 @@ killed by its watchdog cannot wait), ``send_all`` hands back the unsent requests
 
 Layout: ``<spool_dir>/<creation ns>-<pid>-<seq>-<content hash>.otlp``, each file one
 binary-protobuf ``ExportTraceServiceRequest`` (the OTLP/HTTP body, so ``curl
---data-binary @file -H 'Content-Type: application/x-protobuf'`` replays it by hand).
+--data-binary @file -H 'Content-Type: application/x-protobuf'`` replays it by hand). Log
+records and metrics (an incident's, ``otel.incident``) wait the same way in a folder of
+their signal's, ``<spool_dir>/logs/`` and ``<spool_dir>/metrics/``
+(``signals.Signal.spool_dir``): ``resend`` of that signal delivers them to its endpoint.
 
 - Files are written atomically (temporary dot-file, fsync, ``os.replace``): a reader
   never sees half a request, and a crash leaves at most a stray ``.*.tmp`` file.
@@ -40,7 +43,8 @@ from google.protobuf.message import DecodeError
 from fr_otel.errors import ConfigError
 from fr_otel.otel.delivery import SendReport, send_all
 from fr_otel.otel.exporter import RequestExporter
-from fr_otel.otel.payload import Payload, as_message
+from fr_otel.otel.payload import Payload
+from fr_otel.otel.signals import Signal, signal_of, signal_request
 
 try:  # advisory locking is POSIX; elsewhere a second resend is simply not prevented
     import fcntl
@@ -115,20 +119,26 @@ def _waiting_digests(spool_dir: Path) -> set[str]:
 
 
 def spool(requests: Iterable[Payload], spool_dir: Path) -> list[Path]:
-    """Write each request to its own file in ``spool_dir``; return the files written.
+    """Write each request to its own file in ``spool_dir`` (a log or metrics request in its
+    signal's folder there); return the files written.
 
     A request identical to one already waiting is skipped. Raises ``OSError`` when the
     directory cannot be written (the caller decides whether that is fatal).
     """
     spool_dir.mkdir(parents=True, exist_ok=True)
-    waiting = _waiting_digests(spool_dir)
+    waiting: dict[Path, set[str]] = {}
     written = []
     for request in requests:
-        path = _spool_one(spool_dir, _serialize(request), time.time_ns(), waiting)
+        folder = signal_of(request).spool_dir(spool_dir)
+        if folder not in waiting:
+            folder.mkdir(exist_ok=True)
+            waiting[folder] = _waiting_digests(folder)
+        path = _spool_one(folder, _serialize(request), time.time_ns(), waiting[folder])
         if path is not None:
             written.append(path)
+    for folder in {path.parent for path in written}:
+        _fsync_dir(folder)
     if written:
-        _fsync_dir(spool_dir)
         logger.info("spooled %d requests to %s", len(written), spool_dir)
     return written
 
@@ -158,18 +168,25 @@ def _reject(path: Path, spool_dir: Path) -> None:
     logger.warning("moved %s to %s: the receiver refused it", path.name, target)
 
 
-def _load(path: Path) -> bytes | None:
-    """The file's request as bytes (sent as they are), ``None`` when it is not one."""
+def _load(path: Path, signal: Signal = Signal.TRACES) -> bytes | None:
+    """The file's request as bytes (sent as they are) of ``signal``, ``None`` when it is
+    not one."""
     payload = path.read_bytes()
     try:
-        as_message(payload)
+        signal.parse(payload)
     except DecodeError:
         return None
-    return payload
+    return signal_request(signal, payload)
 
 
-def resend(spool_dir: Path, exporter: RequestExporter, deadline_s: float) -> SendReport:
-    """Deliver the spooled requests, oldest first, within ``deadline_s`` seconds.
+def resend(
+    spool_dir: Path,
+    exporter: RequestExporter,
+    deadline_s: float,
+    signal: Signal = Signal.TRACES,
+) -> SendReport:
+    """Deliver the spooled requests of ``signal``, oldest first, within ``deadline_s``
+    seconds, through ``exporter`` (one for that signal: ``transport.exporter_for``).
 
     Each file is deleted right after its request was accepted. When the receiver splits
     a request (too large), the halves still undelivered are spooled again under the
@@ -182,17 +199,20 @@ def resend(spool_dir: Path, exporter: RequestExporter, deadline_s: float) -> Sen
     started = time.monotonic()
     deadline = started + deadline_s
     total = SendReport()
+    spool_dir = signal.spool_dir(spool_dir)
     if not spool_dir.is_dir():
         return total
     with _exclusive(spool_dir) as owned:
         if not owned:
             total.note(f"another process is resending {spool_dir}")
-            total.unsent.extend(r for p in spooled(spool_dir) if (r := _load(p)) is not None)
+            total.unsent.extend(
+                r for p in spooled(spool_dir) if (r := _load(p, signal)) is not None
+            )
             return total
         waiting = _waiting_digests(spool_dir)
         files = spooled(spool_dir)
         for index, path in enumerate(files):
-            request = _load(path)
+            request = _load(path, signal)
             if request is None:
                 total.note(f"{path.name}: not a readable OTLP request")
                 _reject(path, spool_dir)
@@ -202,13 +222,17 @@ def resend(spool_dir: Path, exporter: RequestExporter, deadline_s: float) -> Sen
                 total.deadline_reached = True
                 total.note("deadline reached")
                 total.unsent.append(request)
-                total.unsent.extend(r for p in files[index + 1 :] if (r := _load(p)) is not None)
+                total.unsent.extend(
+                    r for p in files[index + 1 :] if (r := _load(p, signal)) is not None
+                )
                 break
             report = send_all([request], exporter, deadline_s=remaining)
             _settle(path, spool_dir, request, report, waiting)
             total.merge(report)
             if report.deadline_reached:
-                total.unsent.extend(r for p in files[index + 1 :] if (r := _load(p)) is not None)
+                total.unsent.extend(
+                    r for p in files[index + 1 :] if (r := _load(p, signal)) is not None
+                )
                 break
     total.elapsed_s = time.monotonic() - started
     return total

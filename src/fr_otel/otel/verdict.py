@@ -17,7 +17,9 @@ from fr_otel.otel import model
 from fr_otel.otel.encode import key_value
 
 
-def _trace_key(job: str, finding: Finding, run_id: str | None) -> bytes:
+def finding_trace_key(job: str, finding: Finding, run_id: str | None) -> bytes:
+    """The key of the trace ``finding`` is about: its collective's, the one the ranks'
+    spans of that collective are in (a lone send or recv's own, for ``p2p_unmatched``)."""
     group = finding.group
     left = finding.facts.left_waiting
     if finding.kind == "p2p_unmatched":
@@ -44,6 +46,15 @@ def _trace_key(job: str, finding: Finding, run_id: str | None) -> bytes:
     )
 
 
+def finding_ids(
+    job: str, finding: Finding, index: int, run_id: str | None = None
+) -> tuple[bytes, bytes]:
+    """(trace id, span id) of the verdict span of the ``index``-th finding."""
+    key = finding_trace_key(job, finding, run_id)
+    # ranks' span ids hash (key, rank >= 0, record id): -1 keeps these apart
+    return model.trace_id(key), model.span_id(key, -1, index)
+
+
 def verdict_spans(analysis: Analysis, run_id: str | None = None) -> ExportTraceServiceRequest:
     """One request holding a verdict span per finding (empty for a healthy job);
     ``run_id`` is the incident's rows' (their traces' ids include it)."""
@@ -62,7 +73,7 @@ def verdict_spans(analysis: Analysis, run_id: str | None = None) -> ExportTraceS
     scope.scope.name = model.SCOPE_NAME
     scope.scope.version = __version__
     for index, finding in enumerate(analysis.findings):
-        key = _trace_key(analysis.job, finding, run_id)
+        trace_id, span_id = finding_ids(analysis.job, finding, index, run_id)
         when = finding.time_ns or 0
         attributes = [
             key_value(model.FINDING_KIND, finding.kind),
@@ -83,9 +94,8 @@ def verdict_spans(analysis: Analysis, run_id: str | None = None) -> ExportTraceS
             attributes.append(key_value(model.FINDING_CONSEQUENCE_OF, finding.consequence_of))
         scope.spans.append(
             Span(
-                trace_id=model.trace_id(key),
-                # ranks' span ids hash (key, rank >= 0, record id): -1 keeps these apart
-                span_id=model.span_id(key, -1, index),
+                trace_id=trace_id,
+                span_id=span_id,
                 name=model.VERDICT_SPAN_NAME,
                 kind=Span.SPAN_KIND_INTERNAL,
                 start_time_unix_nano=when,
