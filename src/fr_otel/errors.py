@@ -42,6 +42,21 @@ class SimulationError(FrOtelError):
     """An impossible simulator request (bad world shape, unknown fault)."""
 
 
+class MissingDependencyError(FrOtelError):
+    """An optional dependency a command needs is not installed; the message says which
+    extra brings it."""
+
+
+class QueryRefused(FrOtelError):
+    """A query an agent sent that the read-only SQL does not run (``agents.readonly_sql``):
+    not one read-only statement, a table function outside the allowed ones, a file outside
+    the archive, or past its time."""
+
+
+class QueryFailed(FrOtelError):
+    """A query an agent sent that DuckDB could not run (a mistake in it, not a refusal)."""
+
+
 class IncidentChoiceError(ArchiveError):
     """An archive holds several incidents and none was named: never pick one silently.
 

@@ -1,0 +1,98 @@
+"""One finding of an analysis, explained for an agent: what it says and why it is there
+(its evidence), where in the code (call sites and stacks, culprits against the majority),
+who (culprits, ranks waiting behind its cause, suspects) and how it relates to the other
+findings (its cause, its consequences)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fr_otel.errors import ArchiveError
+from fr_otel.report.words import code_locations, where
+
+if TYPE_CHECKING:
+    from fr_otel.analysis import Analysis, Finding
+
+
+def explain_finding(analysis: Analysis, index: int) -> dict[str, Any]:
+    """Finding ``index`` of ``analysis`` (its place in ``findings``, as the JSON lists
+    them); ``ArchiveError`` when there is no such finding."""
+    if not 0 <= index < len(analysis.findings):
+        count = len(analysis.findings)
+        raise ArchiveError(
+            f"job {analysis.job!r} incident {analysis.incident!r} has no finding {index}: "
+            + (f"its findings are 0 to {count - 1}" if count else "it has none (healthy)")
+        )
+    finding = analysis.findings[index]
+    evidence = finding.evidence
+    return {
+        "job": analysis.job,
+        "incident": analysis.incident,
+        "index": index,
+        "kind": finding.kind,
+        "role": _role(analysis, index),
+        "summary": finding.summary,
+        "where": where(finding),
+        "call_sites": [{"who": who, "site": site} for who, site in code_locations(finding)],
+        "place": finding.place(),
+        "process_group": finding.group.to_dict(),
+        "collective_seq_id": finding.collective_seq_id,
+        "op": finding.op,
+        "ranks": {
+            "culprits": sorted(finding.culprit_ranks),
+            "waiting_not_at_fault": sorted(finding.waiting_ranks),
+            "candidates": evidence.get("candidate_ranks"),
+            "majority_rank": finding.stacks.majority_rank,
+            "group_members": len(finding.group.ranks) if finding.group.ranks else None,
+            "without_a_dump": analysis.missing_dumps,
+        },
+        "evidence": evidence,
+        "stacks": _stacks(finding),
+        "cause": _brief(analysis, finding.consequence_of),
+        "consequences": [_brief(analysis, i) for i in finding.consequences],
+        "root_cause": _brief(analysis, analysis.root_cause),
+    }
+
+
+def _role(analysis: Analysis, index: int) -> str:
+    """The finding's place in the verdict, in ``fr-otel analyze``'s words."""
+    from fr_otel.analysis.findings import PERFORMANCE_KINDS
+
+    finding = analysis.findings[index]
+    if finding.kind in PERFORMANCE_KINDS:
+        return "performance, not a hang"
+    if index == analysis.root_cause:
+        return "root cause"
+    if finding.consequence_of is not None:
+        return f"consequence of finding {finding.consequence_of}"
+    return "independent"
+
+
+def _stacks(finding: Finding) -> list[dict[str, Any]]:
+    """Each stack the finding shows, innermost frame first: every culprit's, then the
+    majority's for reference; for a tie no side wins, one per side."""
+    shown: list[dict[str, Any]] = [
+        {"who": f"rank {rank} (culprit)", "ranks": [rank], "frames": frames}
+        for rank, frames in finding.culprit_stacks()
+    ]
+    if finding.stacks.majority is not None:
+        rank = finding.stacks.majority_rank
+        shown.append(
+            {
+                "who": f"rank {rank} (majority)",
+                "ranks": [rank] if rank is not None else [],
+                "frames": finding.stack(finding.stacks.majority),
+            }
+        )
+    shown += [
+        {"who": f"ranks {ranks} (one side of a tie)", "ranks": ranks, "frames": frames}
+        for ranks, frames in finding.side_stacks()
+    ]
+    return shown
+
+
+def _brief(analysis: Analysis, index: int | None) -> dict[str, Any] | None:
+    if index is None:
+        return None
+    finding = analysis.findings[index]
+    return {"index": index, "kind": finding.kind, "summary": finding.summary}
