@@ -20,6 +20,7 @@ from fr_otel.cli.demo_cmd import demo
 from fr_otel.cli.export_cmd import export
 from fr_otel.cli.import_cmd import import_
 from fr_otel.cli.incidents_cmd import incidents
+from fr_otel.cli.mcp_cmd import mcp
 from fr_otel.cli.run_cmd import run
 from fr_otel.cli.simulate_cmd import simulate
 from fr_otel.cli.snapshot_cmd import snapshot
@@ -51,6 +52,7 @@ cli.add_command(import_)
 cli.add_command(analyze_)
 cli.add_command(incidents)
 cli.add_command(sql)
+cli.add_command(mcp)
 cli.add_command(export)
 cli.add_command(simulate)
 cli.add_command(demo)
