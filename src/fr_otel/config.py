@@ -866,6 +866,40 @@ def autoinstall_requested(environ: Mapping[str, str] | None = None) -> bool:
     return _env(environ).get(FR_OTEL_AUTOINSTALL) == "1" and not recorder_disabled(environ)
 
 
+# --- where a rank runs ----------------------------------------------------------------------
+
+FR_OTEL_HOST = "FR_OTEL_HOST"
+"""The host name the recorder writes on a rank's rows (``host``) and spans (``host.name``).
+Default: ``socket.gethostname()``; set it where that name is not the one the fleet knows
+the node by (a container's random name, a short name where the inventory has the FQDN)."""
+
+LOCAL_RANK = "LOCAL_RANK"
+"""torchrun's (and most launchers') index of a rank on its host: the ``local_rank`` column."""
+
+ALL_VARIABLES = (*ALL_VARIABLES, FR_OTEL_HOST)
+
+
+def host_name(environ: Mapping[str, str] | None = None) -> str:
+    """FR_OTEL_HOST, else this machine's host name."""
+    value = _env(environ).get(FR_OTEL_HOST, "").strip()
+    if value:
+        return value
+    import socket
+
+    return socket.gethostname()
+
+
+def local_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """LOCAL_RANK as a non-negative int; None when unset (a bad value warns)."""
+    value = _env(environ).get(LOCAL_RANK, "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return int(value)
+    logger.warning("ignoring %s=%r: not a non-negative integer", LOCAL_RANK, value)
+    return None
+
+
 def resource_attributes(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``OTEL_RESOURCE_ATTRIBUTES`` as a dict (the headers' format; malformed entries warn)."""
     text = _env(environ).get(OTEL_RESOURCE_ATTRIBUTES, "")

@@ -183,6 +183,28 @@ _COLUMNS: list[tuple[str, str, bool, str]] = [
         " dumps compare alike. Null for entries only torch's Flight Recorder saw, and for"
         " rows of dumps.",
     ),
+    (
+        "host",
+        "string",
+        True,
+        "The host the rank ran on: the recorder's (`socket.gethostname()`, or"
+        " `FR_OTEL_HOST`), or for imported dumps the host in the file name"
+        " (`<host>.pci3_rank_N`, `nccl_trace_rank_<host>_N`) or in `fr-otel import"
+        " --hosts`; null when unknown (archives of schema version 1 and 2).",
+    ),
+    (
+        "local_rank",
+        "int64",
+        True,
+        "The rank's index on its host (`LOCAL_RANK`, as torchrun sets it); null when unknown.",
+    ),
+    (
+        "device",
+        "string",
+        True,
+        "The accelerator the rank drove, where known: the GPU's UUID (`GPU-...`), else its"
+        " PCI bus id; null on CPU (gloo) and for dumps.",
+    ),
 ]
 
 COLUMN_DOCS: dict[str, str] = {name: doc for name, _, _, doc in _COLUMNS}
@@ -191,11 +213,17 @@ COLUMN_DOCS: dict[str, str] = {name: doc for name, _, _, doc in _COLUMNS}
 SCHEMA_VERSION_KEY = b"fr_otel.schema_version"
 """The key of a rank file's key-value metadata that says which archive schema wrote it."""
 
-SCHEMA_VERSION = "1"
-"""The archive schema version ``RECORD_SCHEMA`` writes (under ``SCHEMA_VERSION_KEY``). A
-nullable column added at the end keeps it: every reader selects the canonical columns by
-name, so a file without the column reads it as null, and an fr_otel that predates it
-leaves it unread (``api``). A change of a column's type or meaning needs a new one."""
+SCHEMA_VERSION = "3"
+"""The archive schema version ``RECORD_SCHEMA`` writes (under ``SCHEMA_VERSION_KEY``).
+Every reader selects the canonical columns by name, so a file without a later nullable
+column reads it as null. ``1``: the rows alone; ``2``: the same rows with large groups'
+members in the footer (``archive.footer_members``); ``3``: where each rank ran (``host``,
+``local_rank``, ``device``) and the footer as in 2, so that a file's null host says
+"not known" and not "written before hosts were kept". A change of a column's type or
+meaning needs a new one; ``archive.checks.READABLE_VERSIONS`` keeps the older ones read."""
+
+HOST_COLUMNS: tuple[str, ...] = ("host", "local_rank", "device")
+"""Where a row's rank ran (schema version 3)."""
 
 COLUMNS: tuple[str, ...] = tuple(name for name, _, _, _ in _COLUMNS)
 

@@ -81,7 +81,7 @@ def test_readers_give_back_every_row_as_a_file_with_lists_on_its_rows(
 
     file = footer / "job=j" / "incident=i" / "rank-000003.parquet"
     raw = pq.read_table(file)
-    assert raw.schema.metadata[b"fr_otel.schema_version"] == b"2"
+    assert raw.schema.metadata[b"fr_otel.schema_version"] == b"3"
     lifted = json.loads(raw.schema.metadata[footer_members.MEMBERS_KEY])
     assert len(lifted) >= 3, lifted  # rank 3's tp, pp, dp and default groups
     assert raw["pg_ranks"].null_count == raw.num_rows
@@ -340,9 +340,9 @@ def test_a_file_of_a_later_schema_is_refused_as_foreign(tmp_path: Path) -> None:
     (file,) = tmp_path.glob("*/*/*.parquet")
     table = pq.read_table(file)
     pq.write_table(
-        table.replace_schema_metadata({**table.schema.metadata, b"fr_otel.schema_version": b"3"}),
+        table.replace_schema_metadata({**table.schema.metadata, b"fr_otel.schema_version": b"4"}),
         file,
     )
-    with pytest.raises(DumpError, match="version 3; this fr_otel reads versions 1, 2") as raised:
+    with pytest.raises(DumpError, match="version 4; this fr_otel reads versions 1, 2, 3") as raised:
         check_rank_file(file)
     assert raised.value.problem == "foreign"

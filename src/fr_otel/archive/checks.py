@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 
     from fr_otel.archive.incidents import Incident
 
-READABLE_VERSIONS = frozenset({SCHEMA_VERSION, footer_members.FOOTER_SCHEMA_VERSION})
-"""Versions this fr_otel reads: its own, and files whose large groups' members are in the
-footer (``archive.footer_members``)."""
+READABLE_VERSIONS = frozenset({"1", footer_members.FOOTER_SCHEMA_VERSION, SCHEMA_VERSION})
+"""Versions this fr_otel reads: its own, version 1 (no footer, no host columns: they read
+as null) and 2 (large groups' members in the footer, ``archive.footer_members``)."""
 
 _PARQUET_MAGIC = b"PAR1"
 _verify_pages: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -336,7 +336,7 @@ def index_facts(file: RankFile) -> tuple[str, file_index.Facts] | None:
     key = file_index.stat_key(file.path)
     if key is None:
         return None
-    version = footer_members.FOOTER_SCHEMA_VERSION if file.members else SCHEMA_VERSION
+    version = SCHEMA_VERSION
     return file.path.name, {
         "size": key[0],
         "mtime_ns": key[1],

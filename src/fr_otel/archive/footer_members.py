@@ -9,9 +9,10 @@ metadata (``MEMBERS_KEY``: a JSON object, group name -> its members as rank runs
 ``otel.rankranges``), and their rows' ``pg_ranks`` is null in the file. Readers of the
 archive put the list back: the ``src`` view, and ``archive.read`` through ``shared``.
 
-Such a file is marked with ``FOOTER_SCHEMA_VERSION``: an fr_otel that does not know the
-footer refuses the file (``foreign``) instead of reading the lifted rows as rows of a group
-whose members are unknown.
+Such a file is marked with a schema version an fr_otel that does not know the footer
+refuses (``foreign``) instead of reading the lifted rows as rows of a group whose members
+are unknown: ``FOOTER_SCHEMA_VERSION`` when it was the first to have one, every later
+version (``schema.SCHEMA_VERSION``) since.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 
 MEMBERS_KEY = b"fr_otel.members"
 FOOTER_SCHEMA_VERSION = "2"
-"""The archive schema version of a file with ``MEMBERS_KEY`` (otherwise the same rows)."""
+"""The first archive schema version with ``MEMBERS_KEY`` (otherwise version 1's rows); a
+file written now has ``schema.SCHEMA_VERSION``, which knows the footer too."""
 FOOTER_MIN_MEMBERS = 1024
 """Groups with more members than this leave their list to the footer. Below it a row's
 list costs little (delta-encoded, hundreds of times smaller than plain) and plain DuckDB
@@ -102,7 +104,7 @@ def lift(rows: pa.Table) -> tuple[pa.Table, Members]:
 def as_written(rows: pa.Table) -> tuple[pa.Table, Runs]:
     """One rank file's rows as they are written (``lift``), the footer's members in the
     table's metadata, and those members as rank runs."""
-    from fr_otel.schema import SCHEMA_VERSION_KEY
+    from fr_otel.schema import SCHEMA_VERSION, SCHEMA_VERSION_KEY
 
     rows, members = lift(rows)
     if not members:
@@ -110,7 +112,7 @@ def as_written(rows: pa.Table) -> tuple[pa.Table, Runs]:
     runs = {name: to_ranges(ranks) for name, ranks in members.items()}
     metadata = {
         **(rows.schema.metadata or {}),
-        SCHEMA_VERSION_KEY: FOOTER_SCHEMA_VERSION.encode(),
+        SCHEMA_VERSION_KEY: SCHEMA_VERSION.encode(),
         MEMBERS_KEY: json.dumps(runs).encode(),
     }
     return rows.replace_schema_metadata(metadata), runs

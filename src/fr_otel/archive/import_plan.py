@@ -10,9 +10,11 @@ from pathlib import Path
 
 from fr_otel import config
 from fr_otel.archive import scratch
+from fr_otel.archive.hosts import HostMap
 from fr_otel.archive.layout import rank_file
 from fr_otel.archive.stage_dump import Task
 from fr_otel.dumps.discover import DumpFile
+from fr_otel.recorder.placement import Placement
 
 
 def default_incident(files: Iterable[DumpFile]) -> str:
@@ -59,8 +61,10 @@ def plan_tasks(
     owners: dict[str, str],
     members_in_files: bool,
     scratch_files: bool,
+    hosts: HostMap | None = None,
 ) -> list[Task]:
-    """One task per dump; ``owners``: each job's import lock token."""
+    """One task per dump; ``owners``: each job's import lock token; ``hosts``: where each
+    rank ran (wins over the host a file's name holds)."""
     suffix = scratch.SUFFIX if scratch_files and len(files) <= scratch.MAX_FILES else ".parquet"
     by_group: dict[tuple[str, str, str], list[DumpFile]] = {}
     for dump in files:
@@ -83,6 +87,15 @@ def plan_tasks(
                     owner=owners[job_name],
                     base=name,
                     members_in_file=members_in_files,
+                    placement=_placement(dump, hosts),
                 )
             )
     return tasks
+
+
+def _placement(dump: DumpFile, hosts: HostMap | None) -> Placement | None:
+    if hosts is not None and dump.rank is not None and dump.rank in hosts:
+        return hosts[dump.rank]
+    if dump.host is not None:
+        return Placement(host=dump.host, local_rank=None, device=None)
+    return None

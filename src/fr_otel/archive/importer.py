@@ -43,6 +43,7 @@ from fr_otel.archive import scratch
 from fr_otel.archive.checks import RankFile, index_facts
 from fr_otel.archive.duplicate_ranks import RankKey, pick_per_rank
 from fr_otel.archive.file_index import write_index
+from fr_otel.archive.hosts import HostMap
 from fr_otel.archive.import_plan import dump_job, plan_tasks
 from fr_otel.archive.import_report import ImportReport, IncidentImported, RankMembers
 from fr_otel.archive.layout import ImportLock, commit_staged, discard_staged, partition_dir, sweep
@@ -90,6 +91,7 @@ def import_dumps(
     members_in_files: bool = True,
     scratch_files: bool = False,
     meanwhile: Callable[[], object] | None = None,
+    hosts: HostMap | None = None,
 ) -> ImportReport:
     """Import Flight Recorder dumps (files, directories or globs) into an archive.
 
@@ -112,6 +114,9 @@ def import_dumps(
     ``scratch_files=True`` writes the rank files as Arrow IPC (``archive.scratch``), for
     such an archive too: faster to write, and read by nothing else (up to
     ``scratch.MAX_FILES`` dumps; past it, Parquet).
+
+    ``hosts``: where each rank ran (``archive.hosts.read_host_map``), for dumps whose
+    names do not say (a name's host is taken otherwise, ``archive.hosts``).
 
     ``meanwhile``: the caller's own work, done once in this thread while the workers
     convert the dumps (before the conversion where there are too few dumps for workers).
@@ -158,6 +163,7 @@ def import_dumps(
         owners={name: lock.token for name, lock in locks.items()},
         members_in_files=members_in_files,
         scratch_files=scratch_files,
+        hosts=hosts,
     )
     for task in tasks:
         locks[task.job].add([task.incident])

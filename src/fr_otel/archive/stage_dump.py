@@ -17,6 +17,7 @@ from fr_otel.dumps.load import load_dump_file
 from fr_otel.dumps.membership import needs_membership
 from fr_otel.dumps.parse import GroupSeen
 from fr_otel.errors import ArchiveError, DumpError
+from fr_otel.recorder.placement import Placement
 
 
 @dataclass(kw_only=True, slots=True)
@@ -31,6 +32,8 @@ class Task:
     """The incident before runs were told apart (with its quorum suffix: ``quorum``)."""
     members_in_file: bool = True
     """Write ``pg_ranks`` into the rank file (see ``import_dumps``)."""
+    placement: Placement | None = None
+    """Where the rank ran (``archive.hosts``: its file's name, or the import's map)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -78,6 +81,8 @@ def load_and_stage(task: Task) -> Outcome:
     except DumpError as exc:
         return Outcome(task=task, error=exc)
     table = parsed.table
+    if task.placement is not None:
+        table = placed(table, task.placement)
     lifted: footer_members.Runs = {}
     incomplete = needs_membership(parsed.groups)
     if "pg_ranks" in table.column_names:
@@ -120,6 +125,24 @@ def load_and_stage(task: Task) -> Outcome:
         run_id=run_id,
         dump_time_ns=dump_time or 0,
     )
+
+
+def placed(table: pa.Table, placement: Placement) -> pa.Table:
+    """``table`` with where its rank ran on every row."""
+    values = {
+        "host": placement.host,
+        "local_rank": placement.local_rank,
+        "device": placement.device,
+    }
+    for name, value in values.items():
+        if value is None or name not in table.column_names:
+            continue
+        at = table.schema.get_field_index(name)
+        field_ = table.schema.field(at)
+        table = table.set_column(
+            at, field_, pa.repeat(pa.scalar(value, field_.type), table.num_rows)
+        )
+    return table
 
 
 def load_and_stage_batch(tasks: list[Task]) -> list[Outcome]:

@@ -41,6 +41,16 @@ from fr_otel.errors import FrOtelError
     default=None,
     help="Worker processes. Default: every core.",
 )
+@click.option(
+    "--hosts",
+    "hosts_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help='Where each rank ran, as a launcher can write it: JSON {"0": "node-a", ...} or'
+    ' [{"rank": 0, "host": "node-a", "local_rank": 0}, ...], or CSV with a header'
+    " rank,host[,local_rank][,device]. Wins over a host in the dump's file name"
+    " (<host>.pci3_rank_N, nccl_trace_rank_<host>_N).",
+)
 def import_(
     dumps: tuple[str, ...],
     archive: Path | None,
@@ -48,6 +58,7 @@ def import_(
     incident: str | None,
     strict: bool,
     workers: int | None,
+    hosts_file: Path | None,
 ) -> int:
     """Import Flight Recorder dumps into a hive-partitioned Parquet archive.
 
@@ -71,8 +82,10 @@ def import_(
     from tqdm import tqdm
 
     from fr_otel.archive import import_dumps
+    from fr_otel.archive.hosts import read_host_map
     from fr_otel.recorder.ring_import import holds_rings
 
+    hosts = read_host_map(hosts_file) if hosts_file is not None else None
     rings = [Path(d) for d in dumps if holds_rings(Path(d))]
     if rings:
         if len(rings) != len(dumps):
@@ -96,6 +109,7 @@ def import_(
             strict=strict,
             workers=workers,
             on_progress=on_progress,
+            hosts=hosts,
         )
     finally:
         if bar is not None:

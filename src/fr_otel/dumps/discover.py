@@ -7,7 +7,8 @@ is whatever ``TORCH_FR_DUMP_TEMP_FILE`` said:
   (torch's current default), ``comm_traces/rank_<N>`` (torchtitan);
 - the same with ``.json`` (or ``.pkl``/``.pickle``) appended by tools that dump JSON;
 - ``<prefix>_quorum_<id>/<N>`` (torchft's dynamic file name, one folder per quorum);
-- ``nccl_trace_rank_<host>_<N>`` (host in the name; the rank is the last number);
+- ``nccl_trace_rank_<host>_<N>`` and ``<host>.pci3_rank_<N>`` (host in the name, which
+  the rows keep: ``archive.hosts``; the rank is the last number);
 - ``_fr_dumps/job=<J>/run=<R>/incident=<I>/comm_lib_trace_rank_<N>`` (torch's own dumps
   the recorder saved beside an incident), whose folders name the job and the incident.
 
@@ -29,6 +30,8 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fr_otel.archive.hosts import host_in_name
 
 _DUMP_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<suffix>\.json|\.pkl|\.pickle)?$")
 _QUORUM_DIR = re.compile(r"_quorum_(?P<quorum>[A-Za-z0-9.-]+)$")
@@ -53,6 +56,8 @@ class DumpFile:
     """The job a ``job=J`` folder in the path names (the innermost such folder)."""
     incident: str | None = None
     """The incident an ``incident=I`` folder in the path names (the innermost)."""
+    host: str | None = None
+    """The host the name holds (``<host>.pci3_rank_N``: ``archive.hosts.host_in_name``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,6 +89,7 @@ def parse_dump_name(path: Path) -> DumpFile:
         quorum=quorum,
         job=folders.get("job"),
         incident=folders.get("incident"),
+        host=host_in_name(match.group("prefix")) if match is not None else None,
     )
 
 

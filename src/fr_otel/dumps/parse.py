@@ -834,6 +834,11 @@ def _build(
         "fr_version": constant(version, pa.string()),
         "comm_lib_version": constant(None if comm_lib is None else str(comm_lib), pa.string()),
         "api": pa.nulls(n, pa.string()),  # a dump says what torch ran, not what was called
+        # where the rank ran: a dump does not say (the import takes the host from the
+        # file's name or a map, ``archive.hosts``)
+        "host": pa.nulls(n, pa.string()),
+        "local_rank": pa.nulls(n, pa.int64()),
+        "device": pa.nulls(n, pa.string()),
     }
     schema = RECORD_SCHEMA if members_column else _WITHOUT_MEMBERS
     if members_column and pa.types.is_dictionary(columns["pg_ranks"].type):

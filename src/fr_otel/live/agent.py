@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fr_otel import config
 from fr_otel.config import LiveSettings, RecorderSettings
 from fr_otel.live.columns import Ids
 from fr_otel.live.compare import Board, Candidate
@@ -81,7 +81,8 @@ SPACING_FACTOR = 10
 STACK_WAIT_S = 5.0
 """How long a rank has to write the stack the agent asked for: its watch reads the FIFO
 at once, unless it is in the middle of a read of torch's FR."""
-_HOST = socket.gethostname()
+_HOST = config.host_name()
+"""The name this host's ranks write in their rings (``FR_OTEL_HOST`` or the host name)."""
 
 
 @dataclass(kw_only=True)

@@ -32,7 +32,6 @@ import fcntl
 import json
 import mmap
 import os
-import socket
 import struct
 import threading
 import time
@@ -42,6 +41,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
 
+from fr_otel.recorder.placement import Placement, this_rank
 from fr_otel.recorder.slot import (
     DONE,
     DONE_OFFSET,
@@ -168,8 +168,11 @@ class RingWriter:
         backend: str | None,
         run_id: str | None = None,
         hooks: bool = True,
+        placement: Placement | None = None,
     ) -> None:
+        """``placement``: where the rank runs (default: this process's, ``this_rank``)."""
         base.parent.mkdir(parents=True, exist_ok=True)
+        self.placement = placement if placement is not None else this_rank(backend)
         self.base = base
         self.hooks = hooks
         """The hooks write its signatures (their op is the function called: ``api``); the
@@ -211,7 +214,9 @@ class RingWriter:
             job=job,
             run=run_id,
             pid=os.getpid(),
-            host=socket.gethostname(),
+            host=self.placement.host,
+            local_rank=self.placement.local_rank,
+            device=self.placement.device,
             backend=backend,
         )
         self._append(
@@ -222,7 +227,9 @@ class RingWriter:
                 "job": job,
                 "run": run_id,
                 "pid": os.getpid(),
-                "host": socket.gethostname(),
+                "host": self.placement.host,
+                "local_rank": self.placement.local_rank,
+                "device": self.placement.device,
                 "backend": backend,
             }
         )
@@ -556,6 +563,7 @@ class RingWriter:
             backend=self.backend,
             run_id=self.run_id,
             hooks=False,
+            placement=self.placement,
         )
 
     def sync(self) -> None:
@@ -620,6 +628,9 @@ class RingContents:
     """The run id of the owner's launch (None: written before runs had ids)."""
     pid: int | None = None
     host: str | None = None
+    local_rank: int | None = None
+    device: str | None = None
+    """Where the owner ran (``recorder.placement``); None in rings written before."""
     backend: str | None = None
     groups: dict[int, GroupInfo] = field(default_factory=dict)
     signatures: dict[int, Signature] = field(default_factory=dict)
@@ -679,6 +690,8 @@ def _read_meta(path: Path, contents: RingContents) -> None:
                 contents.run = item.get("run")
                 contents.pid = item.get("pid")
                 contents.host = item.get("host")
+                contents.local_rank = item.get("local_rank")
+                contents.device = item.get("device")
                 contents.backend = item.get("backend")
             elif kind == "group":
                 ranks = item.get("ranks")

@@ -332,5 +332,8 @@ def ring_table(
         "fr_version": constant(None, "fr_version"),
         "comm_lib_version": constant(None, "comm_lib_version"),
         "api": per_signature["api"],
+        "host": constant(contents.host, "host"),
+        "local_rank": constant(contents.local_rank, "local_rank"),
+        "device": constant(contents.device, "device"),
     }
     return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema)

@@ -1,0 +1,52 @@
+"""Where a rank runs: its host, its index on the host and the accelerator it drives.
+
+A fleet's questions (which node keeps failing) are about machines, not rank numbers, which
+mean nothing from one job to the next: every rank's rows carry these (``schema.HOST_COLUMNS``)
+and its spans the host as ``host.name``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fr_otel import config
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Placement:
+    host: str | None
+    local_rank: int | None
+    device: str | None
+    """The GPU's UUID (``GPU-...``), else its PCI bus id; None on CPU."""
+
+
+def this_rank(backend: str | None) -> Placement:
+    """This process's placement; the device only for NCCL (a gloo rank drives no GPU)."""
+    return Placement(
+        host=config.host_name(),
+        local_rank=config.local_rank(),
+        device=cuda_device() if backend is not None and "nccl" in backend else None,
+    )
+
+
+def cuda_device() -> str | None:
+    """The current CUDA device's UUID, else its PCI bus id; None without one. Never raises:
+    a recorder that cannot tell the device still records."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    except Exception:
+        return None
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        text = str(uuid)
+        return text if text.startswith("GPU-") else f"GPU-{text}"
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        return None
+    domain = getattr(props, "pci_domain_id", 0) or 0
+    slot = getattr(props, "pci_device_id", 0) or 0
+    return f"{int(domain):08x}:{int(bus):02x}:{int(slot):02x}.0"
