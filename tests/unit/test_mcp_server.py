@@ -209,6 +209,29 @@ def test_explain_finding_gives_its_evidence_call_sites_stacks_and_ranks(
     assert explained["cause"] is None and explained["consequences"] == []
 
 
+def test_explain_finding_says_a_consequence_s_cause_and_its_waiting_ranks(pristine: Path) -> None:
+    """The shared simulated incident: rank 3 skipped a collective, and the ranks of a group
+    it left wait in a later one (a consequence naming ranks that are not at fault)."""
+    server = build_server(pristine)
+    analysis = _answer(server, "analyze_incident", {"job": "j", "incident": "i"})
+    root = analysis["root_cause"]
+    consequence = analysis["findings"][root]["consequences"][0]
+    cause = _answer(server, "explain_finding", {"job": "j", "incident": "i", "index": root})
+    assert cause["consequences"][0]["index"] == consequence
+    explained = _answer(
+        server, "explain_finding", {"job": "j", "incident": "i", "index": consequence}
+    )
+    assert explained["role"] == f"consequence of finding {root}"
+    assert explained["cause"]["index"] == root and explained["cause"]["kind"] == cause["kind"]
+    waiting = explained["ranks"]["waiting_not_at_fault"]
+    assert waiting and explained["ranks"]["culprits"] == []
+    # its stacks never call a waiting rank a culprit
+    for stack in explained["stacks"]:
+        if stack["ranks"] and stack["ranks"][0] in waiting:
+            assert stack["who"].endswith("(waiting, not at fault)")
+    assert any(stack["who"].endswith("(waiting, not at fault)") for stack in explained["stacks"])
+
+
 @pytest.mark.parametrize(
     ("incident", "index", "said"),
     [("skip", 1, "its findings are 0 to 0"), ("skip", -1, "no finding -1"), ("ok", 0, "healthy")],

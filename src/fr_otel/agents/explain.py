@@ -69,10 +69,11 @@ def _role(analysis: Analysis, index: int) -> str:
 
 
 def _stacks(finding: Finding) -> list[dict[str, Any]]:
-    """Each stack the finding shows, innermost frame first: every culprit's, then the
-    majority's for reference; for a tie no side wins, one per side."""
+    """Each stack the finding shows, innermost frame first: the ranks it names (a
+    consequence names ranks that wait, not at fault), then the majority's for reference;
+    for a tie no side wins, one per side."""
     shown: list[dict[str, Any]] = [
-        {"who": f"rank {rank} (culprit)", "ranks": [rank], "frames": frames}
+        {"who": f"rank {rank} ({_part(finding, rank)})", "ranks": [rank], "frames": frames}
         for rank, frames in finding.culprit_stacks()
     ]
     if finding.stacks.majority is not None:
@@ -89,6 +90,14 @@ def _stacks(finding: Finding) -> list[dict[str, Any]]:
         for ranks, frames in finding.side_stacks()
     ]
     return shown
+
+
+def _part(finding: Finding, rank: int) -> str:
+    if rank in finding.culprit_ranks:
+        return "culprit"
+    if rank in finding.waiting_ranks:
+        return "waiting, not at fault"
+    return "named by the finding"
 
 
 def _brief(analysis: Analysis, index: int | None) -> dict[str, Any] | None:
