@@ -399,6 +399,17 @@ def test_a_file_outside_the_archive_is_not_read(
     assert SECRET not in text and "root:" not in text
 
 
+@pytest.mark.parametrize("query", ["FROM '{root}/secret.txt'", "SELECT * FROM '/etc/passwd'"])
+def test_a_file_outside_the_archive_is_not_read_as_a_table_name(
+    server: MCPServer, root: Path, query: str
+) -> None:
+    """A quoted path is a table name DuckDB would read as a file; not outside the archive."""
+    with _nothing_written(root):
+        text = _refusal(server, "sql_query", {"query": query.format(root=root)})
+    assert "does not exist" in text
+    assert SECRET not in text and "root:" not in text
+
+
 @pytest.mark.parametrize(
     "path",
     [
