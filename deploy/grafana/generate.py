@@ -302,10 +302,16 @@ def job_overview() -> dash.Dashboard:
     latency = _timeseries(2, "Latency percentiles by op", "ms")
     for ref_id, quantile in (("A", "0.5"), ("B", "0.95"), ("C", "0.99")):
         percent = f"p{round(float(quantile) * 100)}"
+        by_le_op = f"sum by ({BUCKET_LABEL}, {OP_LABEL})"
+        # The spans of the last minutes where they flow (FR_OTEL_MODE=continuous), else
+        # (NaN, which no comparison keeps) every span the Collector has counted: an
+        # incident's spans arrive at once, and the connector's histograms start at their
+        # first counts, which a rate never sees.
         latency.with_target(
             _promql(
-                f"histogram_quantile({quantile}, sum by ({BUCKET_LABEL}, {OP_LABEL}) "
-                f"(rate({DURATION_BUCKET}{_selector()}[$__rate_interval])))",
+                f"(histogram_quantile({quantile}, {by_le_op} "
+                f"(rate({DURATION_BUCKET}{_selector()}[$__rate_interval]))) >= 0)"
+                f" or histogram_quantile({quantile}, {by_le_op} ({DURATION_BUCKET}{_selector()}))",
                 f"{percent} {{{{{OP_LABEL}}}}}",
                 ref_id,
             )
@@ -343,8 +349,9 @@ def job_overview() -> dash.Dashboard:
         .with_panel(
             latency.description(
                 "p50, p95 and p99 of span duration (enqueued to completion; work still in "
-                "flight ends at the dump). gloo records no completion time: its spans are "
-                "zero-length."
+                "flight ends at the dump) over the last minutes while spans flow, else over "
+                "every span of the job the Collector counted (an incident's spans arrive at "
+                "once). gloo records no completion time: its spans are zero-length."
             )
             .span(12)
             .height(9)

@@ -7,9 +7,11 @@ missing binary fails them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.alerting import AlertingStack, JobRun, alerting_stack, run_skip_job
 from tests.e2e.stack import missing_binaries
 
 
@@ -34,3 +36,23 @@ def _binaries_built() -> None:
     missing = missing_binaries()
     if missing:
         pytest.fail(f"{missing} not built: run `make e2e-tools`")
+
+
+# --- alerts: a real Collector, Prometheus and Alertmanager, and one real job through them --
+
+
+# package: stopped after the last end-to-end test, before the timing-sensitive
+# integration tests run beside it
+@pytest.fixture(scope="package")
+def alerting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AlertingStack]:
+    """A Collector running the shipped local.yaml, a Prometheus scraping its exporter and
+    its own telemetry with the shipped rules, an Alertmanager and its webhook: started once
+    for the alert and dashboard tests (tests/e2e/alerting.py)."""
+    yield from alerting_stack(tmp_path_factory.mktemp("alerting"))
+
+
+@pytest.fixture(scope="package")
+def alerting_job(alerting: AlertingStack, tmp_path_factory: pytest.TempPathFactory) -> JobRun:
+    """A real gloo job under the recorder, with an incident, sending to ``alerting``'s
+    Collector."""
+    return run_skip_job(tmp_path_factory.mktemp("alerting-job"), alerting.collector)
