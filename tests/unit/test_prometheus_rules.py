@@ -9,6 +9,7 @@ them: the Makefile's alerting-tools).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -103,3 +104,27 @@ def test_the_broken_rule_is_refused(tmp_path: Path) -> None:
 def test_amtool_checks_the_alertmanager_config() -> None:
     output = run(tool("amtool"), "check-config", str(ALERTMANAGER_CONFIG))
     assert "SUCCESS" in output
+
+
+_HEREDOC = re.compile(r"cat > alerting/(\S+) <<'EOF'\n(.*?)\nEOF\n", re.S)
+
+
+def test_the_readmes_alerting_configs_pass_the_tools(tmp_path: Path) -> None:
+    """The README's "Alerts" section writes a Prometheus and an Alertmanager config for the
+    user to copy: both pass their tools' checks, with the shipped rules beside them."""
+    section = (ROOT / "README.md").read_text().split("\n## Alerts\n", 1)[1].split("\n## ", 1)[0]
+    written = dict(_HEREDOC.findall(section))
+    assert set(written) == {"prometheus.yml", "alertmanager.yml"}
+    assert "cp deploy/prometheus/rules.yaml alerting/" in section
+    shutil.copy(RULES, tmp_path / "rules.yaml")
+    for name, text in written.items():
+        (tmp_path / name).write_text(text + "\n")
+    output = run(tool("promtool"), "check", "config", str(tmp_path / "prometheus.yml"))
+    assert f"SUCCESS: {len(rules())} rules found" in output
+    run(tool("amtool"), "check-config", str(tmp_path / "alertmanager.yml"))
+    targets = yaml.safe_load(written["prometheus.yml"])["scrape_configs"]
+    # the laptop Collector's exporter and telemetry (README: "On a laptop, without Docker")
+    assert [t for job in targets for s in job["static_configs"] for t in s["targets"]] == [
+        "127.0.0.1:8889",
+        "127.0.0.1:8888",
+    ]
