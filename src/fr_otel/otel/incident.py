@@ -112,11 +112,11 @@ class IncidentEvent:
     """The verdict span's, when it is sent too."""
 
 
-def analyzer_resource(job: str) -> tuple[tuple[str, str | int], ...]:
-    """The analyzer's resource, as its verdict spans have it."""
+def emitter_resource(job: str, instance: str) -> tuple[tuple[str, str | int], ...]:
+    """The resource of an emitter that is no rank: ``<job>/<instance>``."""
     return (
         (model.SERVICE_NAME, job),
-        (model.SERVICE_INSTANCE_ID, f"{job}/{model.ANALYZER_INSTANCE}"),
+        (model.SERVICE_INSTANCE_ID, f"{job}/{instance}"),
         (model.JOB, job),
     )
 
@@ -172,7 +172,7 @@ def analysed(
         kind=root.kind,
         summary=root.summary,
         time_ns=root.time_ns or time.time_ns(),
-        resource=analyzer_resource(analysis.job),
+        resource=emitter_resource(analysis.job, model.ANALYZER_INSTANCE),
         run_id=run_id,
         error=analysis.root_cause is not None,
         culprit_ranks=tuple(sorted(root.culprit_ranks)),

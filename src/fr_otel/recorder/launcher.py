@@ -89,8 +89,9 @@ def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) 
 
     result = RunResult(returncode=returncode, settings=settings)
     result.incidents = known_incidents(settings, started_ns)
+    declared_here = None
     if returncode != 0 and not result.incidents:
-        incident = new_incident_id("launcher", "job_failed", settings.run_id)
+        incident = declared_here = new_incident_id("launcher", "job_failed", settings.run_id)
         note_incident(settings, incident)
         result.incidents = [incident]
     exporter = None
@@ -98,13 +99,16 @@ def finish(settings: config.RecorderSettings, returncode: int, started_ns: int) 
         from fr_otel.otel.transport import exporter_for
 
         exporter = exporter_for(settings.otlp)
-    from fr_otel.recorder.flush import send_deferred
+    from fr_otel.recorder.flush import launcher_declaration, send_deferred
 
     for incident in result.incidents:
         deadline = time.monotonic() + settings.flush_deadline_s
         # every ring archived before any is exported: a Collector that never answers
         # cannot spend the time the local evidence needs
         deferred: list[Callable[[float], None]] = []
+        if incident == declared_here and settings.otlp is not None:
+            # nobody else declared it: its log record and count are the launcher's to send
+            deferred.append(launcher_declaration(settings, incident, "job_failed", started_ns))
         result.late_flushes.extend(
             flush_dead_rings(
                 settings,

@@ -86,6 +86,12 @@ class Recorder:
         """The last incident this rank flushed, and when (monotonic)."""
         self._last_gasp = False
         """Whether SIGABRT calls ``aborted`` first (``_lastgasp`` installed)."""
+        self._started_ns = time.time_ns()
+        self._declaring: dict[str, tuple[str, int | None]] = {}
+        """Incident ids this rank proposed -> (trigger, failed record): the one that wins
+        is this rank's declaration, whichever thread flushes it (the listener may see it
+        in the store before ``declare`` gets to flush)."""
+        self._incident_counter: Any = None
         from fr_otel.recorder.capture import Capture
 
         self.capture = Capture(self, settings.stack_depth)
@@ -346,14 +352,18 @@ class Recorder:
                 self._generation += 1
                 self._handle(incident)
 
-    def declare(self, reason: str, deadline: float | None = None) -> str | None:
+    def declare(
+        self, reason: str, deadline: float | None = None, record: int | None = None
+    ) -> str | None:
         """Declare an incident job-wide (or locally without a store) and flush this rank.
 
         Returns the incident id, which may be another rank's if it declared first. A
         failure noticed soon after an incident (its own consequence, typically: peers of a
         dead rank fail one after another) joins that incident instead of starting one;
         only an operator starts a new incident at any time. ``deadline`` (monotonic)
-        bounds this rank's flush; default: ``flush_deadline_s`` from now."""
+        bounds this rank's flush; default: ``flush_deadline_s`` from now. When this
+        rank's id wins, its flush sends the incident's log record and count (``reason``
+        is their kind; ``record``, the collective that failed, their trace)."""
         latest = self._latest
         if (
             latest is not None
@@ -362,6 +372,7 @@ class Recorder:
         ):
             return latest[0]
         candidate = new_incident_id(f"r{self.rank}", reason, self.settings.run_id)
+        self._declaring[candidate] = (reason, record)
         incident = candidate
         agreed = False
         if self._channel is not None:
@@ -374,22 +385,24 @@ class Recorder:
             from fr_otel.recorder.adopt import join_local_incident
 
             incident = join_local_incident(self.settings, candidate, INCIDENT_WINDOW_S)
+        if incident != candidate:
+            self._declaring.pop(candidate, None)
         logger.warning("fr_otel: incident %s (%s on rank %s)", incident, reason, self.rank)
         self._handle(incident, deadline)
         return incident
 
     def collective_failed(self, record: int, exc: BaseException) -> None:
         """A collective raised on the training thread: flush the job before it goes on."""
-        self._flush_job("collective_error")
+        self._flush_job("collective_error", record)
 
-    def _flush_job(self, reason: str) -> None:
+    def _flush_job(self, reason: str, record: int | None = None) -> None:
         """Declare an incident and wait for every rank's flush: this rank is about to end
         (or its error to surface), and a launcher tears the others down once it has.
         One deadline for both: the error surfaces within ``flush_deadline_s`` whatever the
         OTLP timeout (the export inside the flush stops at the deadline too)."""
         deadline = time.monotonic() + self.settings.flush_deadline_s
         try:
-            incident = self.declare(reason, deadline)
+            incident = self.declare(reason, deadline, record)
             if incident is not None:
                 self.wait_for_job(incident, deadline)
         except Exception as error:  # never replace the user's exception
@@ -434,6 +447,7 @@ class Recorder:
             already_sent=already,
             raw_dump=torch_fr_dump(),
             deferred=deferred,
+            declaration=self._declaration(incident),
         )
         writer.note_flushed(incident)
         writer.sync()
@@ -450,6 +464,20 @@ class Recorder:
         send_deferred(deferred, deadline)
         for flushed in (report, *adopted):
             self._record(flushed)
+
+    def _declaration(self, incident: str) -> Any:
+        """This rank's declaration of ``incident`` (``flush.Declaration``), None when
+        another rank's (or an operator's elsewhere) declaration won."""
+        declaring = self._declaring.pop(incident, None)
+        if declaring is None:
+            return None
+        from fr_otel.otel.incident import IncidentCounter
+        from fr_otel.recorder.flush import Declaration
+
+        if self._incident_counter is None:
+            self._incident_counter = IncidentCounter(start_ns=self._started_ns)
+        trigger, record = declaring
+        return Declaration(trigger=trigger, counter=self._incident_counter, record=record)
 
     def _already_sent(self) -> frozenset[int]:
         """Records continuous mode has sent, in ``snapshot()``'s record ids."""
@@ -689,7 +717,12 @@ def _torch_dump_file(rank: int) -> Path | None:
 def _preload() -> None:
     with contextlib.suppress(Exception):  # pyarrow's default stays: slower, not wrong
         _system_allocator()
-    for module in ("fr_otel.archive.rows", "fr_otel.otel.wire", "fr_otel.recorder.flush"):
+    for module in (
+        "fr_otel.archive.rows",
+        "fr_otel.otel.wire",
+        "fr_otel.recorder.flush",
+        "fr_otel.otel.incident_delivery",
+    ):
         with contextlib.suppress(Exception):  # the flush will report it
             importlib.import_module(module)
 
