@@ -18,6 +18,7 @@ from fr_otel.cli._exit import end
 from fr_otel.cli.analyze_cmd import analyze_
 from fr_otel.cli.demo_cmd import demo
 from fr_otel.cli.export_cmd import export
+from fr_otel.cli.fleet_cmd import fleet
 from fr_otel.cli.import_cmd import import_
 from fr_otel.cli.incidents_cmd import incidents
 from fr_otel.cli.mcp_cmd import mcp
@@ -52,6 +53,7 @@ cli.add_command(import_)
 cli.add_command(analyze_)
 cli.add_command(incidents)
 cli.add_command(sql)
+cli.add_command(fleet)
 cli.add_command(mcp)
 cli.add_command(export)
 cli.add_command(simulate)

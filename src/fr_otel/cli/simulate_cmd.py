@@ -12,7 +12,12 @@ from fr_otel.sim.spec import FAULT_KINDS, FleetSpec, Straggler
 
 @click.command("simulate")
 @click.argument("outdir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--world", type=int, required=True, help="Number of ranks.")
+@click.option(
+    "--world",
+    type=int,
+    default=None,
+    help="Number of ranks (with --incidents: of each incident, 8 by default).",
+)
 @click.option(
     "--entries",
     type=int,
@@ -65,9 +70,32 @@ from fr_otel.sim.spec import FAULT_KINDS, FleetSpec, Straggler
     help="Each host's clock (8 ranks per host) is off by up to this much, either way.",
 )
 @click.option("--truth", "write_truth", is_flag=True, help="Also write truth.json.")
+@click.option(
+    "--incidents",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Write an archive of this many incidents into OUTDIR instead (a fleet: each on"
+    " --world ranks, 2 per host, of hosts drawn from --fleet-hosts; dumps named"
+    " <host>.pci3_rank_N; a quarter slow, the rest hung).",
+)
+@click.option(
+    "--fleet-hosts",
+    type=click.IntRange(min=2),
+    default=16,
+    show_default=True,
+    help="With --incidents: the hosts the incidents run on (node000, node001...).",
+)
+@click.option(
+    "--bad-hosts",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="With --incidents: how many of the hosts are bad (blamed in 9 of 10 of their"
+    " incidents); with --truth, OUTDIR.truth.json names them.",
+)
 def simulate(
     outdir: Path,
-    world: int,
+    world: int | None,
     entries: int,
     fault: str,
     fault_rank: int | None,
@@ -82,8 +110,17 @@ def simulate(
     stragglers: tuple[str, ...],
     clock_skew_ms: float,
     write_truth: bool,
+    incidents: int | None,
+    fleet_hosts: int,
+    bad_hosts: int,
 ) -> None:
-    """Simulate a 3D-parallel NCCL job and write each rank's FR dump into OUTDIR."""
+    """Simulate a 3D-parallel NCCL job and write each rank's FR dump into OUTDIR (with
+    --incidents: a fleet's archive of many such jobs' incidents)."""
+    if incidents is not None:
+        _simulate_fleet(outdir, world or 8, incidents, fleet_hosts, bad_hosts, seed, write_truth)
+        return
+    if world is None:
+        raise click.UsageError("--world is required (the number of ranks)")
     bad = sorted({r for r in omit_ranks if not 0 <= r < world})
     if bad:
         raise click.UsageError(f"--omit-rank {bad[0]} is outside [0, {world})")
@@ -134,3 +171,46 @@ def _straggler(text: str) -> Straggler:
         raise click.BadParameter(
             f"{text!r} is not RANK:MS[:cpu|gpu]{detail}", param_hint="--straggler"
         ) from exc
+
+
+def _simulate_fleet(
+    outdir: Path,
+    world: int,
+    incidents: int,
+    hosts: int,
+    bad_hosts: int,
+    seed: int,
+    write_truth: bool,
+) -> None:
+    import dataclasses
+    import json
+
+    from fr_otel.sim.fleet_archive import FleetArchiveSpec, write_fleet_archive
+
+    if world % 2 or world < 4:
+        raise click.BadParameter(
+            "must be even and at least 4 (2 ranks per host)", param_hint="--world"
+        )
+    if outdir.exists() and any(outdir.iterdir()):
+        raise click.UsageError(f"{outdir} is not empty; write a fleet into a new folder")
+    try:
+        spec = FleetArchiveSpec(
+            incidents=incidents,
+            hosts=hosts,
+            hosts_per_incident=world // 2,
+            bad_hosts=bad_hosts,
+            bad_share=0.9,
+            slow_share=0.25,
+            seed=seed,
+        )
+    except SimulationError as exc:
+        raise click.UsageError(str(exc)) from None
+    truth = write_fleet_archive(spec, outdir)
+    if write_truth:
+        (outdir.parent / f"{outdir.name}.truth.json").write_text(
+            json.dumps(dataclasses.asdict(truth), indent=2, sort_keys=True) + "\n"
+        )
+    bad = ", ".join(truth.bad_hosts) or "none"
+    click.echo(
+        f"wrote an archive of {incidents} incidents on {hosts} hosts to {outdir}; bad: {bad}"
+    )

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 
 def _describe(connection: duckdb.DuckDBPyConnection) -> str:
     from fr_otel.analysis.views import VIEW_DOCS
+    from fr_otel.fleet.views import FLEET_VIEWS
 
     lines = ["Views (query them with: fr-otel sql ARCHIVE 'SELECT ...'):"]
-    for view, doc in VIEW_DOCS.items():
+    for view, doc in {**VIEW_DOCS, **FLEET_VIEWS}.items():
         lines.append(f"  {view}: {doc}")
         if view != "findings":
             columns = connection.execute(f"DESCRIBE {view}").fetchall()
@@ -38,7 +39,9 @@ def _describe(connection: duckdb.DuckDBPyConnection) -> str:
 @format_option(["table", "csv", "json"])
 @click.option("--max-rows", type=int, default=100, show_default=True, help="table format only")
 def sql(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
-    """Run SQL over an archive (DuckDB), with the views entries, collectives, findings.
+    """Run SQL over an archive (DuckDB), with the views entries, collectives, findings,
+    and the fleet's: fleet_incidents, fleet_hosts, fleet_bad_nodes, fleet_latency
+    (docs/fleet.md; a query that names one analyses each incident not analysed yet).
 
     Without QUERY, reads it from standard input, or (on a terminal) lists the views and
     their columns. A rank file that cannot be read is named and left out of the views.
@@ -64,6 +67,8 @@ def _run(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
         connection = connect(stack)
         wants_findings = query is not None and re.search(r"\bfindings\b", query, re.I) is not None
         register_views(connection, archive, findings=wants_findings)
+        wants_fleet = query is not None and re.search(r"\bfleet_\w+", query, re.I) is not None
+        _register_fleet(connection, archive, refreshed=wants_fleet)
         for problem in unusable_files(connection):
             click.echo(f"fr-otel: {problem} (left out of the views)", err=True)
         if not query or not query.strip():
@@ -92,6 +97,20 @@ def _run(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
                         json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n"
                     )
     return EXIT_OK
+
+
+def _register_fleet(
+    connection: duckdb.DuckDBPyConnection, archive: Path, *, refreshed: bool
+) -> None:
+    """The fleet views, over the incidents' facts made first when ``refreshed`` (a query
+    that reads them), else over those the archive holds (listing the views)."""
+    from fr_otel.fleet.facts import refresh
+    from fr_otel.fleet.views import register_fleet_views
+
+    if refreshed:
+        for job, incident, why in refresh(archive).failed:
+            click.echo(f"fr-otel: {job}/{incident}: left out of the fleet views ({why})", err=True)
+    register_fleet_views(connection, archive)
 
 
 def _table(relation: duckdb.DuckDBPyRelation, max_rows: int) -> str:

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import os
 import pickle
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -71,8 +71,11 @@ def write_fleet(
     prefix: str = "nccl_trace_rank_",
     omit_ranks: Iterable[int] = (),
     write_truth: bool = False,
+    hosts: Sequence[str] | None = None,
 ) -> list[Path]:
-    """Write one ``<prefix><rank>`` file per rank (``.json`` appended for JSON).
+    """Write one ``<prefix><rank>`` file per rank (``.json`` appended for JSON);
+    ``hosts``: each rank's host, put before the prefix as real jobs name their dumps
+    (``<host>.<prefix><rank>``, ``archive.hosts``).
 
     ``omit_ranks`` leaves those files out, as when a rank died before dumping. Each
     file's mtime is the simulated dump time. With ``write_truth`` a ``truth.json`` holding
@@ -96,11 +99,12 @@ def write_fleet(
         if rank in omit:
             continue
         dump = peek(rank)
+        name = f"{hosts[rank]}.{prefix}{rank}" if hosts is not None else f"{prefix}{rank}"
         if fmt == "json":
-            path = outdir / f"{prefix}{rank}.json"
+            path = outdir / f"{name}.json"
             data = dumps_json(dump)
         else:
-            path = outdir / f"{prefix}{rank}"
+            path = outdir / name
             data = dumps_pickle(dump)
         path.write_bytes(data)
         ns = fleet.dump_time_ns(rank)

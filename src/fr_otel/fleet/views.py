@@ -1,0 +1,95 @@
+"""The fleet views, each defined once (``analysis/sql/fleet_*.sql``), over an archive's
+fleet facts (``fleet.facts``).
+
+Each file is one ``SELECT`` in SQL that DuckDB and Spark SQL both run (CASE, CAST,
+standard aggregates and window functions; no list functions, ``::`` casts, QUALIFY or
+macros), over two relations an engine provides: ``fleet_roles`` (one row per rank per
+incident, ``facts.roles_schema``) and ``fleet_latency_rows`` (``facts.latency_schema``).
+A view may read the views before it in ``FLEET_VIEWS``. Here DuckDB makes them temporary
+views; an engine that reads the same Parquet does the same with the same text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fr_otel.fleet import facts
+
+if TYPE_CHECKING:
+    import duckdb
+
+FLEET_VIEWS: dict[str, str] = {
+    "fleet_incidents": "one row per incident: verdict (root cause kind), summary, culprit"
+    " ranks and hosts, straggler ranks, world size, time and day",
+    "fleet_hosts": "one row per host: incidents it took part in, and how many of them named"
+    " it culprit, straggler or waiting, with the latest evidence",
+    "fleet_bad_nodes": "every host scored against the rest of the fleet: rate of incidents"
+    " that blamed it, base rate, excess, z, confidence, bad_node (docs/fleet.md)",
+    "fleet_latency": "completed collectives by day, op, group kind and size bucket: calls,"
+    " mean_ms, max_ms",
+}
+"""The fleet views, in the order they are made, with what ``fr-otel sql`` says of them."""
+
+BAD_NODE_Z = 3.090232
+"""The z a bad node reaches (written into ``fleet_bad_nodes.sql``): one-sided 99.9%."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scope:
+    """Which incidents the views cover: of ``job`` only, since ``since_ns``."""
+
+    job: str | None = None
+    since_ns: int | None = None
+
+
+def view_sql(name: str) -> str:
+    """The ``SELECT`` that defines fleet view ``name``."""
+    return resources.files("fr_otel.analysis").joinpath("sql", f"{name}.sql").read_text()
+
+
+def _source(connection: duckdb.DuckDBPyConnection, archive: Path, table: str, scope: Scope) -> str:
+    """A SELECT of the facts of ``table`` in ``scope`` (an empty relation of its columns
+    where no incident has any)."""
+    schema = facts.roles_schema() if table == facts.ROLES else facts.latency_schema()
+    glob = facts.facts_glob(archive, table)
+    [(have,)] = connection.execute("SELECT count(*) FROM glob(?)", [glob]).fetchall()
+    if have:
+        from fr_otel.analysis.sqlfiles import sql_string
+
+        relation = f"read_parquet({sql_string(glob)}, union_by_name = true)"
+    else:
+        empty = f"fleet_empty_{table}"
+        connection.register(empty, schema.empty_table())
+        relation = empty
+    conditions = ["TRUE"]
+    if scope.job is not None:
+        conditions.append(f"job = {_literal(scope.job)}")
+    if scope.since_ns is not None:
+        if table == facts.ROLES:
+            conditions.append(f"incident_time_ns >= {int(scope.since_ns)}")
+        else:
+            roles = f"fleet_roles WHERE incident_time_ns >= {int(scope.since_ns)}"
+            conditions.append(f"(job, incident) IN (SELECT job, incident FROM {roles})")
+    columns = ", ".join(schema.names)
+    return f"SELECT {columns} FROM {relation} WHERE {' AND '.join(conditions)}"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def register_fleet_views(
+    connection: duckdb.DuckDBPyConnection, archive: Path, scope: Scope | None = None
+) -> None:
+    """Create ``fleet_roles``, ``fleet_latency_rows`` and every ``FLEET_VIEWS`` view in
+    ``connection`` over the facts the archive holds now (``facts.refresh`` makes them)."""
+    scope = scope or Scope()
+    roles = _source(connection, archive, facts.ROLES, scope)
+    connection.execute(f"CREATE OR REPLACE TEMP VIEW fleet_roles AS {roles}")
+    latency = _source(connection, archive, facts.LATENCY, scope)
+    connection.execute(f"CREATE OR REPLACE TEMP VIEW fleet_latency_rows AS {latency}")
+    for name in FLEET_VIEWS:
+        connection.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {view_sql(name)}")
