@@ -50,7 +50,7 @@ def missing_binaries() -> list[str]:
 # --- the webhook: Alertmanager's notifications, as it POSTs them -------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Webhook:
     """An HTTP server in a thread that keeps every JSON body POSTed to it."""
 
@@ -125,30 +125,23 @@ class Prometheus(Service):
             return [{"metric": {}, "value": result}]
         return list(result)
 
-    def firing(self, alert: str) -> list[dict[str, Any]]:
-        return [
-            a
-            for a in self.api("alerts")["alerts"]
-            if a["labels"]["alertname"] == alert and a["state"] == "firing"
-        ]
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts its rules hold now, pending or firing."""
+        return list(self.api("alerts")["alerts"])
 
     def targets_up(self) -> bool:
         active = self.api("targets")["activeTargets"]
         return bool(active) and all(t["health"] == "up" for t in active)
 
 
-def prometheus_config(
-    targets: Mapping[str, str], alertmanager: str, rules: Path = PROMETHEUS_DIR / "rules.yaml"
-) -> dict[str, Any]:
+def prometheus_config(targets: Mapping[str, str], alertmanager: str) -> dict[str, Any]:
     """The shipped prometheus.yml with each target in ``targets`` (shipped target ->
-    host:port) replaced, every second's scrape and evaluation, the rules file by its path
-    and ``alertmanager`` as the only Alertmanager. A shipped target not in ``targets`` is
-    left out."""
+    host:port) replaced, every second's scrape and evaluation, the rules files by their
+    paths and ``alertmanager`` as the only Alertmanager. A shipped target not in
+    ``targets`` is left out."""
     config: dict[str, Any] = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     config["global"] = {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL}
     config["rule_files"] = [str(PROMETHEUS_DIR / f) for f in config["rule_files"]]
-    if rules != PROMETHEUS_DIR / "rules.yaml":
-        config["rule_files"] = [str(rules)]
     config["alerting"]["alertmanagers"] = [{"static_configs": [{"targets": [alertmanager]}]}]
     jobs = []
     for job in config["scrape_configs"]:
@@ -191,12 +184,6 @@ def prometheus(
 @dataclass
 class Alertmanager(Service):
     address: str = ""
-
-    def alerts(self) -> list[dict[str, Any]]:
-        url = f"http://{self.address}/api/v2/alerts"
-        with urllib.request.urlopen(url, timeout=30) as response:
-            found: list[dict[str, Any]] = json.loads(response.read())
-        return found
 
 
 def alertmanager_config(webhook_url: str) -> dict[str, Any]:
