@@ -152,3 +152,17 @@ def test_old_and_new_rank_files_read_together(
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["job"] for r in rows] == ["j", "k"]
     assert rows[0]["hosts"] == 0 and rows[1]["hosts"] > 0
+
+
+def test_spans_read_back_take_the_host_from_their_resource() -> None:
+    """The recorder's spans carry their rank's host as the resource's ``host.name``: an
+    import of them (a Collector's file) keeps it on the rows."""
+    from fr_otel.otel.encode import encode_requests
+    from fr_otel.otel.otlp_import import import_traces
+    from tests.rows import canonical_row, canonical_table
+
+    table = canonical_table([canonical_row(rank=r, record_id=0) for r in range(2)])
+    requests = list(encode_requests(table, resource={"host.name": "node-x7"}))
+    back = import_traces(requests).table
+    assert back.column("host").to_pylist() == ["node-x7", "node-x7"]
+    assert back.column("local_rank").null_count == back.num_rows

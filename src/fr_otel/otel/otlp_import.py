@@ -195,6 +195,8 @@ def _row(
         retired=retired,
         dump_time_ns=None if done else end,
         source_format=SOURCE_FORMAT,
+        # where the rank ran, as the recorder's resource says (the fleet's hosts)
+        host=host if isinstance(host := resource.get(model.HOST_NAME), str) else None,
     )
     return row
 
