@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
@@ -186,9 +187,16 @@ def analyze_(
     cannot be read is named and its rank counts as without a dump (unknown, never
     blamed). Exit code 0: no problems found; 1: findings; 2: unusable input (or several
     incidents and none chosen); 3: internal error.
+
+    With an OTLP endpoint configured (OTEL_EXPORTER_OTLP_ENDPOINT, as fr-otel export
+    reads it), findings also go to that Collector as the incident's log record
+    (fr_otel.incident) and count (fr_otel.incidents); what it does not take waits in the
+    archive's spool for fr-otel export ARCHIVE --otlp --resend.
     """
     may_end_quickly()  # nothing runs on once the verdict is written
     collect_rarely()
+    started_ns = time.time_ns()
+    given = path
     with contextlib.ExitStack() as stack:
         rings = _rings_as_archive(path, job, incident, stack)
         if rings is False:
@@ -196,7 +204,9 @@ def analyze_(
         if rings is not True:
             path, job, incident = rings, None, None  # a temporary archive of exactly these
         if fmt == "html":
-            return _html(path, job, incident, output, columns, max_ranks, trace_url)
+            code, analysis = _html(path, job, incident, output, columns, max_ranks, trace_url)
+            _signal(analysis, path, given, started_ns)
+            return code
         analysis = _analysed(path, job, incident, stack)
         _report_problems(analysis)
         live = _live(path, analysis.job, analysis.incident, rings is True)
@@ -212,8 +222,59 @@ def analyze_(
         else:
             render_text(analysis, sys.stdout, verbose=stacks, live=live)
         sys.stdout.flush()  # the verdict is out before the analysis is closed
+        _signal(analysis, path, given, started_ns)
         leave_to_exit(stack)  # and the exit need not wait for its closing either
         return EXIT_OK if analysis.healthy else EXIT_FINDINGS
+
+
+def _signal(analysis: Analysis, path: Path, given: Path, started_ns: int) -> None:
+    """Findings, and an OTLP endpoint configured (``OTEL_EXPORTER_OTLP_*``, as ``fr-otel
+    export`` reads them): the incident's log record and count go to that Collector, what
+    it does not take to ``given``'s spool when it is an archive. Said on stderr; a
+    failure never changes the exit code, the verdict is out."""
+    if analysis.healthy:
+        return
+    from fr_otel import config
+    from fr_otel.analysis.source import is_archive
+    from fr_otel.cli._incident_signal import ANALYZE_DEADLINE_S, said, send_verdict
+
+    where = f"job={analysis.job} incident={analysis.incident}"
+    try:
+        settings = config.otlp_settings()
+        if settings is None:
+            return
+        spool_dir = given / "_spool" if is_archive(given) else None
+        delivered = send_verdict(
+            analysis,
+            settings,
+            run_id=_run_id(path, analysis),
+            started_ns=started_ns,
+            deadline=time.monotonic() + ANALYZE_DEADLINE_S,
+            spool_dir=spool_dir,
+        )
+    except Exception as exc:  # the verdict is out: this is said, and nothing else changes
+        click.echo(
+            f"fr-otel: {where}: the incident's log record and count not sent: {exc}", err=True
+        )
+        return
+    if delivered is not None:
+        resend = f"fr-otel export {given} --otlp --resend"
+        click.echo(f"fr-otel: {said(delivered, settings, where, resend)}", err=True)
+
+
+def _run_id(path: Path, analysis: Analysis) -> str | None:
+    """The incident's rows' run id (their traces' ids include it), when ``path`` is an
+    archive and they have one."""
+    from fr_otel.analysis.source import is_archive
+
+    if not is_archive(path):
+        return None
+    from fr_otel.archive.incidents import pick_incident
+    from fr_otel.archive.read import read_incident
+    from fr_otel.sinks.exporting import run_id_of
+
+    chosen = pick_incident(path, analysis.job, analysis.incident)
+    return run_id_of(read_incident(path, chosen, columns=["run_id"]).table)
 
 
 def _analysed(
@@ -304,7 +365,7 @@ def _html(
     columns: int,
     max_ranks: int,
     trace_url: str | None,
-) -> int:
+) -> tuple[int, Analysis]:
     from fr_otel.analysis.source import reading_damaged_files
     from fr_otel.cli._live import agreement_words, named_words
     from fr_otel.config import trace_url as configured_trace_url
@@ -343,4 +404,4 @@ def _html(
             else f"slow, not stuck: {analysis.findings[0].summary}"
         )
         click.echo(f"wrote {output} ({len(page) / 1e6:.1f} MB): {verdict}", err=True)
-    return EXIT_OK if report.analysis.healthy else EXIT_FINDINGS
+    return (EXIT_OK if report.analysis.healthy else EXIT_FINDINGS), report.analysis

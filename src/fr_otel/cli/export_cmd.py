@@ -92,7 +92,9 @@ def _output_file(flag: str, what: str) -> Callable[[Callable[..., Any]], Callabl
 @click.option(
     "--resend",
     is_flag=True,
-    help="Deliver the spooled requests of an earlier export over OTLP, then delete them.",
+    help="Deliver the spooled requests of an earlier export (or of the recorder, or of"
+    " fr-otel analyze: spans, then incidents' log records and counts) over OTLP, then"
+    " delete them.",
 )
 @click.option(
     "--spool",
@@ -112,7 +114,8 @@ def _output_file(flag: str, what: str) -> Callable[[Callable[..., Any]], Callabl
     "--findings",
     is_flag=True,
     help="Also run the analyzer and export each finding as a verdict span in the trace of"
-    " its collective.",
+    " its collective; over OTLP, the verdict also goes out as the incident's log record"
+    " (fr_otel.incident) and count (fr_otel.incidents).",
 )
 @click.option(
     "--findings-only",
@@ -142,7 +145,8 @@ def export(
 
     With --findings-only, only the analyzer's verdict spans go out: the way to add the
     diagnosis to an incident whose spans the recorder (or an earlier export) already sent,
-    without sending every entry again.
+    without sending every entry again. Over OTLP, a verdict with findings also goes out as
+    the incident's log record and count, to the same Collector.
 
     Exit code 0 when everything was delivered or written, 2 when some requests could
     only be spooled (send them later with --otlp --resend) or were refused, or the
@@ -163,6 +167,7 @@ def export(
         )
     spool_dir = spool_dir if spool_dir is not None else archive / "_spool"
     settings, source = _settings(otlp, protocol) if otlp is not None else (None, "")
+    started, started_ns = time.monotonic(), time.time_ns()
     if resend:
         from fr_otel.otel.spool import resend as resend_spooled
 
@@ -177,7 +182,8 @@ def export(
             f"resent {report.sent_spans} spans from {spool_dir};"
             f" {report.unsent_spans} still waiting" + _why(report)
         )
-        return EXIT_OK if report.ok else EXIT_BAD_INPUT
+        others = _resend_other_signals(settings, spool_dir, started + deadline)
+        return EXIT_OK if report.ok and others else EXIT_BAD_INPUT
     from fr_otel.sinks import export as export_incident
     from fr_otel.sinks.jaeger import JaegerJsonSink
     from fr_otel.sinks.otlpjson import OtlpJsonSink
@@ -197,9 +203,11 @@ def export(
         )
         sinks.append(_StartFirst(otlp_sink, narrated))
     where = ""
+    exported_input: ExportInput | None = None
 
     def before(what: ExportInput) -> None:
-        nonlocal where
+        nonlocal where, exported_input
+        exported_input = what
         where = f"job={what.incident.job} incident={what.incident.incident}"
         for problem in what.problems:
             click.echo(f"fr-otel: {problem} (exported without it)", err=True)
@@ -254,7 +262,70 @@ def export(
     for result in exported.results:
         if result.send is not None:
             sent(result)
-    return EXIT_OK if exported.ok else EXIT_BAD_INPUT
+    signalled = True
+    if settings is not None and exported_input is not None and exported_input.analysis:
+        signalled = _signal(
+            exported_input, settings, where, started_ns, started + deadline, spool_dir, archive
+        )
+    return EXIT_OK if exported.ok and signalled else EXIT_BAD_INPUT
+
+
+def _signal(
+    what: ExportInput,
+    settings: OtlpSettings,
+    where: str,
+    started_ns: int,
+    deadline: float,
+    spool_dir: Path,
+    archive: Path,
+) -> bool:
+    """The verdict's log record and count, after its spans (``--findings``): whether
+    they were delivered (a healthy verdict has none to send)."""
+    from fr_otel.cli._incident_signal import said, send_verdict
+
+    assert what.analysis is not None
+    delivered = send_verdict(
+        what.analysis,
+        settings,
+        run_id=what.run_id,
+        started_ns=started_ns,
+        deadline=deadline,
+        spool_dir=spool_dir,
+        verdict_sent=True,
+    )
+    if delivered is None:
+        return True
+    resend = f"fr-otel export {archive} --otlp --resend" + (
+        "" if spool_dir == archive / "_spool" else f" --spool {spool_dir}"
+    )
+    click.echo(said(delivered, settings, where, resend))
+    return delivered.ok
+
+
+def _resend_other_signals(settings: OtlpSettings, spool_dir: Path, deadline: float) -> bool:
+    """Deliver the spooled log records and metrics (an incident's) after the spans, each to
+    its own endpoint, by ``deadline`` (monotonic): whether nothing is left waiting."""
+    from fr_otel.otel.signals import Signal
+    from fr_otel.otel.spool import resend, spooled
+    from fr_otel.otel.transport import exporter_for
+
+    ok = True
+    for signal in (Signal.LOGS, Signal.METRICS):
+        folder = signal.spool_dir(spool_dir)
+        if not spooled(folder):
+            continue
+        exporter = exporter_for(settings, signal)
+        try:
+            report = resend(spool_dir, exporter, max(deadline - time.monotonic(), 0.1), signal)
+        finally:
+            exporter.shutdown()
+        sent = report.sent_requests
+        click.echo(
+            f"resent {sent} {signal.value} request{'' if sent == 1 else 's'} from {folder};"
+            f" {len(report.unsent)} still waiting" + _why(report)
+        )
+        ok = ok and report.ok
+    return ok
 
 
 def _shutdown(sinks: list[RecordSink]) -> None:

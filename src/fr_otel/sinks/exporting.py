@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         ExportTraceServiceRequest,
     )
 
+    from fr_otel.analysis import Analysis
     from fr_otel.errors import DumpError
 
 
@@ -33,6 +34,10 @@ class ExportInput:
     problems: list[DumpError]
     """Rank files left out: they could not be read."""
     verdicts: list[ExportTraceServiceRequest] = field(default_factory=list)
+    analysis: Analysis | None = None
+    """The analyzer's verdict, when the findings were asked for."""
+    run_id: str | None = None
+    """The rows' run id, when they have one (their traces' ids include it)."""
     entries: bool = True
     """The rows' spans go out (not so with ``findings_only``)."""
 
@@ -95,10 +100,14 @@ def export(
         archive, chosen, columns=["run_id"] if findings_only else None, shared_members=True
     )
     what = ExportInput(
-        incident=chosen, table=rows.table, problems=rows.problems, entries=not findings_only
+        incident=chosen,
+        table=rows.table,
+        problems=rows.problems,
+        entries=not findings_only,
+        run_id=run_id_of(rows.table),
     )
     if findings:
-        what.verdicts = _verdicts(archive, chosen, rows.table)
+        what.analysis, what.verdicts = _verdicts(archive, chosen, what.run_id)
     report = ExportReport(incident=chosen, problems=rows.problems, verdict_spans=what.verdict_spans)
     if before_export is not None:
         before_export(what)
@@ -116,13 +125,18 @@ def export(
     return report
 
 
-def _verdicts(archive: Path, chosen: Incident, table: pa.Table) -> list[ExportTraceServiceRequest]:
+def run_id_of(table: pa.Table) -> str | None:
+    """The run id of an incident's rows, when they all have the same one."""
+    runs = set(table.column("run_id").unique().to_pylist())
+    return runs.pop() if len(runs) == 1 else None
+
+
+def _verdicts(
+    archive: Path, chosen: Incident, run_id: str | None
+) -> tuple[Analysis, list[ExportTraceServiceRequest]]:
     from fr_otel.analysis import analyze
     from fr_otel.otel.verdict import verdict_spans
 
-    runs = set(table.column("run_id").unique().to_pylist())
-    verdict = verdict_spans(
-        analyze(archive, job=chosen.job, incident=chosen.incident),
-        run_id=runs.pop() if len(runs) == 1 else None,
-    )
-    return [verdict] if verdict.resource_spans else []
+    analysis = analyze(archive, job=chosen.job, incident=chosen.incident)
+    verdict = verdict_spans(analysis, run_id=run_id)
+    return analysis, [verdict] if verdict.resource_spans else []
