@@ -40,6 +40,7 @@ from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as model_common
 from grafana_foundation_sdk.models import dashboard as model_dashboard
+from grafana_foundation_sdk.models import prometheus as model_prometheus
 from grafana_foundation_sdk.models import text as model_text
 
 from fr_otel.analysis.stragglers import arrival_query
@@ -115,6 +116,14 @@ SPANMETRICS_DIMENSIONS = (model.OP, model.PG_DESC)
 config's ``connectors.spanmetrics.dimensions``): low cardinality only."""
 
 JOB_LABEL = label(model.SERVICE_NAME)  # spanmetrics always keeps service.name
+
+# The incident count (``fr_otel.otel.incident``): a monotonic sum, which the exporter
+# names with _total, its data points' attributes as labels.
+INCIDENTS = model.INCIDENTS_METRIC.replace(".", "_") + "_total"
+INCIDENT_JOB_LABEL = label(model.JOB)
+INCIDENT_LABELS = tuple(
+    label(name) for name in (model.INCIDENT, model.FINDING_KIND, model.FINDING_CULPRIT_RANKS)
+)
 OP_LABEL = label(model.OP)
 GROUP_LABEL = label(model.PG_DESC)
 
@@ -229,6 +238,18 @@ def _promql(expr: str, legend: str, ref_id: str) -> prometheus.Dataquery:
     )
 
 
+def _promql_table(expr: str, ref_id: str) -> prometheus.Dataquery:
+    """An instant query shown as a table: one row per series, its labels as columns."""
+    return (
+        prometheus.Dataquery()
+        .expr(expr)
+        .instant()
+        .format(model_prometheus.PromQueryFormat.TABLE)
+        .ref_id(ref_id)
+        .datasource(PROMETHEUS)
+    )
+
+
 def _traceql(query: str, limit: int = 100) -> tempo.TempoQuery:
     return (
         tempo.TempoQuery()
@@ -299,6 +320,10 @@ def job_overview() -> dash.Dashboard:
         f"sum by ({by_op_group}) (rate({CALLS}{_selector(error)}[$__rate_interval]))",
         f"{{{{{GROUP_LABEL}}}}} {{{{{OP_LABEL}}}}}",
     )
+    incidents = (
+        f"max by ({', '.join(INCIDENT_LABELS)}) (max_over_time("
+        f'{INCIDENTS}{{{INCIDENT_JOB_LABEL}="$job"}}[$__range]))'
+    )
     latency = _timeseries(2, "Latency percentiles by op", "ms")
     for ref_id, quantile in (("A", "0.5"), ("B", "0.95"), ("C", "0.99")):
         percent = f"p{round(float(quantile) * 100)}"
@@ -365,6 +390,18 @@ def job_overview() -> dash.Dashboard:
             .with_target(_promql(*errors, "A"))
             .span(12)
             .height(9)
+        )
+        .with_panel(
+            _table(4, "Incidents", PROMETHEUS)
+            .description(
+                f"The job's incidents in the time range ({model.INCIDENTS_METRIC}): the "
+                "recorder's declaration, its trigger as the kind, and each analysis' "
+                "verdict, with the root cause's kind and culprit ranks. The alerts "
+                "(deploy/prometheus/rules.yaml) fire on the same series."
+            )
+            .with_target(_promql_table(incidents, "A"))
+            .span(24)
+            .height(8)
         )
     )
 

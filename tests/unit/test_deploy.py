@@ -54,7 +54,7 @@ SPANMETRICS_OWN_LABELS = frozenset({"span_name", "span_kind", "status_code", "le
 PROM_LABELS = SPANMETRICS_OWN_LABELS | {
     prom_label(a) for a in SPAN_ATTRIBUTES | RESOURCE_ATTRIBUTES
 }
-PROM_METRICS = frozenset(
+SPAN_METRICS = frozenset(
     {
         "traces_span_metrics_calls_total",
         "traces_span_metrics_duration_milliseconds_bucket",
@@ -62,6 +62,9 @@ PROM_METRICS = frozenset(
         "traces_span_metrics_duration_milliseconds_count",
     }
 )
+# the incident count (fr_otel.otel.incident), a monotonic sum: the exporter adds _total
+INCIDENTS_METRIC = prom_label(model.INCIDENTS_METRIC) + "_total"
+PROM_METRICS = SPAN_METRICS | {INCIDENTS_METRIC}
 
 # --- the name checkers ------------------------------------------------------------------
 
@@ -577,13 +580,33 @@ def test_collector_span_metrics_have_the_labels_the_dashboards_query() -> None:
         for _, kind, query in queries(load(path)):
             if kind == "prometheus":
                 expr = query.get("expr", query.get("query", ""))
-                used |= promql_names(expr, query.get("legendFormat", ""))[0]
+                labels, metrics = promql_names(expr, query.get("legendFormat", ""))
+                if metrics & SPAN_METRICS:
+                    used |= labels
     for connector in connectors:
         assert connector.get("namespace", "traces.span.metrics") == "traces.span.metrics"
         dimensions = {d["name"] for d in connector.get("dimensions", [])}
         produced = {prom_label(d) for d in dimensions} | SPANMETRICS_OWN_LABELS
         produced.add(prom_label(model.SERVICE_NAME))
         assert used <= produced, sorted(used - produced)
+
+
+def test_the_incident_panel_asks_for_labels_the_count_has() -> None:
+    from fr_otel.otel.incident import IncidentEvent, point_attributes
+
+    event = IncidentEvent(
+        job="j", incident="i", kind="hang", summary="", time_ns=1, resource=(), culprit_ranks=(3,)
+    )
+    has = {prom_label(a.key) for a in point_attributes(event)}
+    used: set[str] = set()
+    for path in DASHBOARDS:
+        for _, kind, query in queries(load(path)):
+            labels, metrics = (
+                promql_names(query.get("expr", "")) if kind == "prometheus" else (set(), set())
+            )
+            if INCIDENTS_METRIC in metrics:
+                used |= labels
+    assert used and used <= has, sorted(used - has)
 
 
 def test_collector_exports_what_compose_wires() -> None:
