@@ -166,3 +166,32 @@ def test_spans_read_back_take_the_host_from_their_resource() -> None:
     back = import_traces(requests).table
     assert back.column("host").to_pylist() == ["node-x7", "node-x7"]
     assert back.column("local_rank").null_count == back.num_rows
+
+
+def test_each_ranks_spans_carry_its_host_as_host_name() -> None:
+    """Both encoders give each rank's resource the host its rows hold, over a configured
+    host.name (one for every rank), and leave it as configured where the rows hold none."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from fr_otel.otel.encode import encode_requests
+    from fr_otel.otel.wire import encode_requests_fast
+    from tests.rows import canonical_row, canonical_table
+
+    table = canonical_table(
+        [canonical_row(rank=r, record_id=0, host=["n0", "n1", None][r]) for r in range(3)]
+    )
+    configured = {"host.name": "configured", "deployment.environment": "ci"}
+    slow = list(encode_requests(table, resource=configured))
+    fast = [
+        ExportTraceServiceRequest.FromString(b)
+        for b in encode_requests_fast(table, resource=configured)
+    ]
+    assert fast == slow
+    hosts = {}
+    for request in slow:
+        for spans in request.resource_spans:
+            attributes = {a.key: a.value for a in spans.resource.attributes}
+            hosts[attributes["fr_otel.rank"].int_value] = attributes["host.name"].string_value
+    assert hosts == {0: "n0", 1: "n1", 2: "configured"}

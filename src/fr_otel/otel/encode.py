@@ -17,7 +17,14 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from fr_otel import __version__
 from fr_otel.otel import model
-from fr_otel.otel.plan import SPAN_COLUMNS, SPAN_PLAN, SpanAttribute, error_message, error_type
+from fr_otel.otel.plan import (
+    SPAN_COLUMNS,
+    SPAN_PLAN,
+    SpanAttribute,
+    error_message,
+    error_type,
+    rank_resource,
+)
 from fr_otel.schema import is_done_entry, is_p2p_entry
 
 MAX_REQUEST_BYTES = 3_500_000
@@ -130,7 +137,7 @@ def encode_requests(
     columns = {
         name: table.column(name).to_pylist()
         if name in table.column_names
-        else [None] * table.num_rows  # run_id, in an archive written before runs had ids
+        else [None] * table.num_rows  # run_id, host: in archives written before them
         for name in SPAN_COLUMNS
     }
     rows = [
@@ -148,7 +155,9 @@ def encode_requests(
             request, size, current = ExportTraceServiceRequest(), 0, {}
         scope = current.get((row["job"], row["rank"]))
         if scope is None:
-            resource_spans = _resource(row["job"], row["rank"], resource)
+            resource_spans = _resource(
+                row["job"], row["rank"], rank_resource(resource, row["host"])
+            )
             scope = resource_spans.scope_spans.add()
             scope.scope.name = model.SCOPE_NAME
             scope.scope.version = __version__

@@ -11,13 +11,14 @@ What the plan does not list is written by rules every codec shares through this 
 and ``model``: the trace and span ids (``model.trace_key``), the name (the op), the times,
 and the status of work that never finished (``error_type``, ``error_message``), whose
 ``error.type`` attribute follows the plan's. The resource (one per rank) is
-``model.resource_attributes``.
+``model.resource_attributes``, with the rank's host (``rank_resource``).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -155,8 +156,23 @@ RULE_COLUMNS: Final = (
 """Beyond the attributes, what the ids, point-to-point-ness (``schema.is_p2p_entry``),
 completion (``schema.is_done_entry``), the times and the status read."""
 
-SPAN_COLUMNS: Final = tuple(dict.fromkeys([*(a.column for a in SPAN_PLAN), *RULE_COLUMNS]))
+RESOURCE_COLUMNS: Final = ("host",)
+"""What a rank's resource takes from its rows (``rank_resource``): where it ran."""
+
+SPAN_COLUMNS: Final = tuple(
+    dict.fromkeys([*(a.column for a in SPAN_PLAN), *RULE_COLUMNS, *RESOURCE_COLUMNS])
+)
 """Every column a span is built from."""
+
+
+def rank_resource(extra: Mapping[str, str | int] | None, host: str | None) -> dict[str, str | int]:
+    """The resource attributes a rank's spans get besides fr_otel's own
+    (``model.resource_attributes``): ``extra``, with ``host.name`` the rank's rows say
+    (they know each rank's host; a configured resource is one for every rank)."""
+    resource = dict(extra or {})
+    if host:
+        resource[model.HOST_NAME] = host
+    return resource
 
 
 def _check(plan: tuple[SpanAttribute, ...]) -> None:

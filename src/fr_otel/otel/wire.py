@@ -60,6 +60,7 @@ from fr_otel.otel.plan import (
     SpanAttribute,
     error_message,
     error_type,
+    rank_resource,
 )
 from fr_otel.schema import is_done_entry, is_p2p_entry
 
@@ -403,7 +404,9 @@ def _block(row: dict[str, Any], extra: tuple[tuple[str, str | int], ...]) -> _Bl
     message = error_message(op, state).encode()
     error_status = _field(0x7A, _field(0x12, message) + _STATUS_ERROR_CODE)
     return _Block(
-        resource=_cached_resource(job, rank, extra),
+        resource=_cached_resource(
+            job, rank, tuple(rank_resource(dict(extra), row["host"]).items())
+        ),
         key_lead=key[: -len(tail)] + (f"p2p\x00{rank}\x00" if is_p2p else "coll\x00"),
         id_infix=f"\x00{rank}\x00",
         is_p2p=is_p2p,
@@ -475,8 +478,9 @@ def encode_requests_fast(
     """
     if table.num_rows == 0:
         return
-    if "run_id" not in table.column_names:  # an archive written before runs had ids
-        table = table.append_column("run_id", pa.nulls(table.num_rows, pa.string()))
+    for name in ("run_id", "host"):  # an archive written before runs had ids, hosts
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, pa.string()))
     # codes are computed in table order; only the (integer) results are put in span order
     columns = [_codes(_array(table.column(name))) for name in _BLOCK_COLUMNS]
     widths = dict(zip(_BLOCK_COLUMNS, (width for _, width in columns), strict=True))
