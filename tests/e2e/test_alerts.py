@@ -111,3 +111,24 @@ def test_the_analysis_names_the_culprit_at_the_webhook(
     path, query = _link(alert)
     assert path == "/search" and query["service"] == [alerting_job.job]
     assert alerting_job.incident in query["tags"][0]
+
+
+def test_prometheus_runs_every_rule_on_the_collectors_own_series(
+    alerting: AlertingStack, alerting_job: JobRun
+) -> None:
+    """The delivery alerts read the Collector's telemetry, scraped as the shipped
+    prometheus.yml says: the real Collector serves the series under the rules' names (its
+    failure counters appear with the first failure, so the refused one stands for them)."""
+    groups = alerting.prometheus.api("rules")["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert {rule["name"] for rule in rules} == {
+        "FrOtelIncident",
+        "FrOtelStragglerPersists",
+        "FrOtelSpansRefused",
+        "FrOtelSpansDropped",
+    }
+    assert all(rule["health"] == "ok" for rule in rules), rules
+    refused = alerting.prometheus.query('otelcol_receiver_refused_spans{job="otelcol"}')
+    assert {row["metric"]["receiver"] for row in refused} == {"otlp"}
+    assert all(float(row["value"][1]) == 0 for row in refused)
+    assert not alerting.prometheus.query('ALERTS{alertname=~"FrOtelSpans.*"}')
