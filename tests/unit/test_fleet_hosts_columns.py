@@ -195,3 +195,18 @@ def test_each_ranks_spans_carry_its_host_as_host_name() -> None:
             attributes = {a.key: a.value for a in spans.resource.attributes}
             hosts[attributes["fr_otel.rank"].int_value] = attributes["host.name"].string_value
     assert hosts == {0: "n0", 1: "n1", 2: "configured"}
+
+
+def test_a_ranks_placement_comes_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fr_otel import config
+    from fr_otel.recorder.placement import this_rank
+
+    monkeypatch.setenv("FR_OTEL_HOST", "rack7-node3")
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    # this machine has no GPU: gloo and NCCL alike name no device
+    assert (this_rank("gloo").host, this_rank("gloo").local_rank) == ("rack7-node3", 5)
+    assert this_rank("gloo").device is None and this_rank("cpu:gloo,cuda:nccl").device is None
+    monkeypatch.delenv("FR_OTEL_HOST")
+    monkeypatch.setenv("LOCAL_RANK", "five")
+    assert config.host_name() == __import__("socket").gethostname()
+    assert config.local_rank() is None

@@ -30,12 +30,14 @@ def this_rank(backend: str | None) -> Placement:
 
 
 def cuda_device() -> str | None:
-    """The current CUDA device's UUID, else its PCI bus id; None without one. Never raises:
-    a recorder that cannot tell the device still records."""
+    """The current CUDA device's UUID, else its PCI bus id; None without one, or before the
+    process has used CUDA: until a rank picks its device (``torch.cuda.set_device``) every
+    rank's current device is 0, and asking would set CUDA up in a process that may not
+    want it yet. Never raises: a recorder that cannot tell the device still records."""
     try:
         import torch
 
-        if not torch.cuda.is_available():
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             return None
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
     except Exception:
