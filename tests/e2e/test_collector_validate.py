@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.stack import CONFIGS, JAEGER, JAEGER_CONFIG, OTELCOL
 
@@ -62,6 +63,42 @@ def test_the_collector_validates_the_config(path: Path, tmp_path: Path) -> None:
     env = {**REQUIRED, "FR_OTEL_QUEUE_DIR": str(tmp_path / "queue")}
     result = _validate(OTELCOL, _runs(path), env)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in SHIPPED if p.name != "gateway.s3.yaml"], ids=lambda p: p.name
+)
+def test_the_collector_runs_logs_and_metrics_pipelines_from_the_otlp_receiver(
+    path: Path, tmp_path: Path
+) -> None:
+    """As the Collector resolves the config (``print-config``: overlays merged, variables
+    set), OTLP log records and metrics have pipelines: an incident's log record
+    (fr_otel.incident) and count (fr_otel.incidents) are taken where its spans are, and
+    the count is served to Prometheus where the span metrics are."""
+    env = {**REQUIRED, "FR_OTEL_QUEUE_DIR": str(tmp_path / "queue")}
+    result = subprocess.run(
+        [str(OTELCOL), "print-config", *(f"--config={f}" for f in _runs(path))],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    pipelines = config["service"]["pipelines"]
+    for signal in ("logs", "metrics"):
+        fed = [
+            p
+            for name, p in pipelines.items()
+            if name.split("/")[0] == signal and "otlp" in p["receivers"] and p["exporters"]
+        ]
+        assert fed, f"{path.name}: no {signal} pipeline from the otlp receiver"
+    if any(e.split("/")[0] == "prometheus" for e in config["exporters"]):
+        assert any(
+            "otlp" in p["receivers"] and "prometheus" in p["exporters"]
+            for name, p in pipelines.items()
+            if name.split("/")[0] == "metrics"
+        )
 
 
 def test_the_s3_overlay_fails_only_on_the_exporter_this_build_cannot_have() -> None:

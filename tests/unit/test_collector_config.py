@@ -436,6 +436,58 @@ def test_span_metrics_lose_per_rank_resource_attributes(name: str) -> None:
         assert deleted == PER_RANK_RESOURCE
 
 
+# --- log records and metrics: an incident's signal, the live check's -----------------------
+
+SIGNAL_PROCESSORS = {"memory_limiter", "batch", "resource"}
+"""What may stand between the otlp receiver and a log record's or a count's exporter: none
+of these touches a log record's or a data point's attributes (the job, kind, incident and
+culprits the alerts read)."""
+
+
+def otlp_pipelines(config: dict[str, Any], signal: str) -> dict[str, dict[str, list[str]]]:
+    """The ``signal`` pipelines that take what fr_otel sends to the ``otlp`` receiver."""
+    return {
+        name: pipeline
+        for name, pipeline in pipelines(config).items()
+        if name.split("/")[0] == signal and "otlp" in (pipeline.get("receivers") or [])
+    }
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("signal", ["logs", "metrics"])
+def test_the_otlp_receiver_takes_log_records_and_metrics(name: str, signal: str) -> None:
+    """Each incident's log record (fr_otel.incident) and count (fr_otel.incidents) go
+    where the spans go: a Collector without a pipeline for them answers 404 or
+    UNIMPLEMENTED, and what the ranks spool for them never drains."""
+    found = otlp_pipelines(CONFIGS[name], signal)
+    assert found, f"no {signal} pipeline takes the otlp receiver"
+    for pipeline in found.values():
+        assert pipeline.get("exporters"), "a pipeline that exports nowhere"
+        processors = {type_of(p) for p in pipeline.get("processors") or []}
+        assert processors <= SIGNAL_PROCESSORS, processors - SIGNAL_PROCESSORS
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_incident_count_reaches_prometheus_or_goes_on_with_the_spans(name: str) -> None:
+    """Where a config serves Prometheus (span metrics on :8889), the otlp metrics are served
+    there too (fr_otel_incidents_total, which the alert rules read); where it does not (the
+    agent), metrics and logs go on to wherever its spans go."""
+    config = CONFIGS[name]
+    prometheus = {e for e in _defined(config, "exporters") if type_of(e) == "prometheus"}
+    metrics = otlp_pipelines(config, "metrics")
+    if prometheus:
+        assert any(set(p["exporters"]) & prometheus for p in metrics.values())
+        return
+    onward = {
+        exporter
+        for pipeline in otlp_pipelines(config, "traces").values()
+        for exporter in pipeline["exporters"]
+    }
+    assert onward, "no otlp traces pipeline to follow"
+    for pipeline in (*metrics.values(), *otlp_pipelines(config, "logs").values()):
+        assert set(pipeline["exporters"]) == onward
+
+
 @pytest.mark.parametrize("name", SPAN_METRICS_CONFIGS)
 def test_viewers_get_large_groups_without_their_member_list(name: str) -> None:
     config = CONFIGS[name]
