@@ -237,3 +237,19 @@ def test_facts_are_made_once_and_again_when_an_incident_changes(
     os.utime(rank_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     changed = facts.refresh(archive)
     assert changed.made == [("job0", rank_file.parent.name.removeprefix("incident="))]
+
+
+def test_an_incident_that_cannot_be_read_is_left_out_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = tmp_path / "fleet"
+    assert main(["simulate", str(archive), "--incidents", "3", "--seed", "1"]) == 0
+    damaged = sorted(archive.glob("job=*/incident=*"))[0]
+    for rank_file in damaged.glob("*.parquet"):
+        rank_file.write_bytes(b"PAR1 cut short")
+    capsys.readouterr()
+    assert main(["fleet", str(archive), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["incidents"] == 2
+    assert f"{damaged.parent.name.removeprefix('job=')}/" in captured.err
+    assert "left out" in captured.err

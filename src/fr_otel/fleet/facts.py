@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import fr_otel
-from fr_otel.errors import ArchiveError, DumpError
+from fr_otel.errors import FrOtelError
 
 if TYPE_CHECKING:
     import duckdb
@@ -100,7 +100,7 @@ def refresh(
             on_incident(folder.job, folder.incident)
         try:
             roles, latency = incident_facts(archive, folder.job, folder.incident)
-        except (ArchiveError, DumpError) as exc:
+        except FrOtelError as exc:  # one incident's damage leaves the fleet's view to the rest
             done.failed.append((folder.job, folder.incident, str(exc)))
             continue
         for table, rows in ((LATENCY, latency), (ROLES, roles)):  # roles last: it holds the key
