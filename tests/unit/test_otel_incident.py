@@ -204,12 +204,28 @@ def test_every_trigger_the_recorder_names_is_a_known_kind() -> None:
     recorder = ROOT / "src" / "fr_otel" / "recorder"
     named = set(re.findall(r'return "(\w+)"', (recorder / "triggers.py").read_text()))
     named |= set(re.findall(r'return "(\w+)"', (recorder / "frsource.py").read_text()))
-    named |= set(re.findall(r'_flush_job\("(\w+)"\)', (recorder / "recorder.py").read_text()))
+    named |= set(re.findall(r'_flush_job\("(\w+)"', (recorder / "recorder.py").read_text()))
     named |= set(
         re.findall(r'new_incident_id\("launcher", "(\w+)"', (recorder / "launcher.py").read_text())
     )
     assert {"timeout", "collective_error", "job_failed", "operator"} <= named
     assert named <= set(model.INCIDENT_TRIGGERS), named - set(model.INCIDENT_TRIGGERS)
+
+
+def test_every_incident_attribute_is_in_the_model_and_the_doc(skipped: Analysis) -> None:
+    doc = (ROOT / "docs" / "span-model.md").read_text()
+    assert [a for a in model.INCIDENT_ATTRIBUTES if f"`{a}`" not in doc] == []
+    verdict = analysed(skipped, run_id="r")
+    declaration = declared(
+        job="j", incident="i", trigger="timeout", rank=1, resource=(), run_id="r"
+    )
+    assert verdict is not None
+    used = {
+        a.key
+        for event in (verdict, declaration)
+        for a in incident_logs(event).resource_logs[0].scope_logs[0].log_records[0].attributes
+    }
+    assert used == set(model.INCIDENT_ATTRIBUTES)
 
 
 def test_culprit_labels_are_short_runs() -> None:

@@ -177,6 +177,27 @@ SPAN_ATTRIBUTES: Final = (
 )
 """Every span attribute fr_otel may set (a test checks that docs/span-model.md names each)."""
 
+INCIDENT_ATTRIBUTES: Final = (
+    JOB,
+    INCIDENT,
+    FINDING_KIND,
+    FINDING_SUMMARY,
+    RUN_ID,
+    INCIDENT_TRIGGER,
+    RANK,
+    PG_NAME,
+    PG_DESC,
+    COLLECTIVE_SEQ_ID,
+    OP,
+    FINDING_CULPRIT_RANKS,
+    CODE_FILE,
+    CODE_LINE,
+    CODE_FUNCTION,
+)
+"""Every attribute an incident's log record may carry (``otel.incident``); its count's data
+points carry ``JOB``, ``FINDING_KIND``, ``INCIDENT`` and ``FINDING_CULPRIT_RANKS``. A test
+checks that docs/span-model.md names each."""
+
 
 def trace_key(
     *,
