@@ -16,25 +16,25 @@ analysis: ``refresh`` does it once per incident, not once per query.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
-import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import duckdb
+
 import fr_otel
 from fr_otel.errors import FrOtelError
 
 if TYPE_CHECKING:
-    import duckdb
     import pyarrow as pa
 
     from fr_otel.analysis.findings import Analysis
 
-logger = logging.getLogger(__name__)
 
 FLEET_DIR = "_fleet"
 ROLES = "roles"
@@ -89,11 +89,18 @@ def refresh(
 
     done = Refreshed()
     folders = [f for f in incident_folders(archive) if job is None or f.job == job]
+    with contextlib.closing(duckdb.connect()) as connection:
+        stored = {
+            (f.job, f.incident): _stored_key(
+                connection, facts_path(archive, ROLES, f.job, f.incident)
+            )
+            for f in folders
+        }
     for folder in folders:
         if folder.writer is not None:
             continue  # an import is writing it: next time
         key = incident_key(folder.folder)
-        if _stored_key(facts_path(archive, ROLES, folder.job, folder.incident)) == key:
+        if stored[(folder.job, folder.incident)] == key:
             done.current += 1
             continue
         if on_incident is not None:
@@ -110,16 +117,19 @@ def refresh(
     return done
 
 
-def _stored_key(path: Path) -> str | None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        metadata = pq.read_metadata(path).metadata or {}
-    except (OSError, pa.ArrowException):
+def _stored_key(connection: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """The key ``path``'s footer holds (read by DuckDB: a query of current facts needs no
+    pyarrow, a slow import)."""
+    if not path.is_file():
         return None
-    value = metadata.get(KEY)
-    return value.decode(errors="replace") if value is not None else None
+    try:
+        found = connection.execute(
+            "SELECT value FROM parquet_kv_metadata(?) WHERE key = ?",
+            [path.as_posix(), KEY],
+        ).fetchall()
+    except duckdb.Error:
+        return None
+    return bytes(found[0][0]).decode(errors="replace") if found else None
 
 
 def _write(path: Path, table: pa.Table, key: str) -> None:
@@ -234,31 +244,51 @@ def roles_table(
     return pa.Table.from_pylist(rows, schema=roles_schema())
 
 
-def roles_schema() -> pa.Schema:
+ROLES_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("job", "VARCHAR"),
+    ("incident", "VARCHAR"),
+    ("rank", "BIGINT"),
+    ("host", "VARCHAR"),
+    ("local_rank", "BIGINT"),
+    ("device", "VARCHAR"),
+    ("culprit", "BOOLEAN"),
+    ("straggler", "BOOLEAN"),
+    ("waiting", "BOOLEAN"),
+    ("evidence", "VARCHAR"),
+    ("verdict", "VARCHAR"),
+    ("summary", "VARCHAR"),
+    ("culprit_ranks", "VARCHAR"),
+    ("culprit_hosts", "VARCHAR"),
+    ("straggler_ranks", "VARCHAR"),
+    ("world_size", "BIGINT"),
+    ("incident_time_ns", "BIGINT"),
+    ("incident_day", "VARCHAR"),
+)
+"""The roles file's columns and their SQL types (docs/fleet.md)."""
+
+LATENCY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("job", "VARCHAR"),
+    ("incident", "VARCHAR"),
+    ("day", "VARCHAR"),
+    ("op", "VARCHAR"),
+    ("group_kind", "VARCHAR"),
+    ("size_bucket", "BIGINT"),
+    ("calls", "BIGINT"),
+    ("total_ms", "DOUBLE"),
+    ("max_ms", "DOUBLE"),
+)
+"""The latency file's columns and their SQL types."""
+
+
+def _arrow_schema(columns: tuple[tuple[str, str], ...]) -> pa.Schema:
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            ("job", pa.string()),
-            ("incident", pa.string()),
-            ("rank", pa.int64()),
-            ("host", pa.string()),
-            ("local_rank", pa.int64()),
-            ("device", pa.string()),
-            ("culprit", pa.bool_()),
-            ("straggler", pa.bool_()),
-            ("waiting", pa.bool_()),
-            ("evidence", pa.string()),
-            ("verdict", pa.string()),
-            ("summary", pa.string()),
-            ("culprit_ranks", pa.string()),
-            ("culprit_hosts", pa.string()),
-            ("straggler_ranks", pa.string()),
-            ("world_size", pa.int64()),
-            ("incident_time_ns", pa.int64()),
-            ("incident_day", pa.string()),
-        ]
-    )
+    types = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "BOOLEAN": pa.bool_()}
+    return pa.schema([(name, types.get(kind, pa.float64())) for name, kind in columns])
+
+
+def roles_schema() -> pa.Schema:
+    return _arrow_schema(ROLES_COLUMNS)
 
 
 _DTYPE_BYTES = {
@@ -337,18 +367,4 @@ def latency_rows(connection: duckdb.DuckDBPyConnection, job: str, incident: str)
 
 
 def latency_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("job", pa.string()),
-            ("incident", pa.string()),
-            ("day", pa.string()),
-            ("op", pa.string()),
-            ("group_kind", pa.string()),
-            ("size_bucket", pa.int64()),
-            ("calls", pa.int64()),
-            ("total_ms", pa.float64()),
-            ("max_ms", pa.float64()),
-        ]
-    )
+    return _arrow_schema(LATENCY_COLUMNS)

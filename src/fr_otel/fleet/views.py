@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fr_otel.analysis.sqlfiles import sql_string
 from fr_otel.fleet import facts
 
 if TYPE_CHECKING:
@@ -53,32 +54,25 @@ def view_sql(name: str) -> str:
 def _source(connection: duckdb.DuckDBPyConnection, archive: Path, table: str, scope: Scope) -> str:
     """A SELECT of the facts of ``table`` in ``scope`` (an empty relation of its columns
     where no incident has any)."""
-    schema = facts.roles_schema() if table == facts.ROLES else facts.latency_schema()
+    columns = facts.ROLES_COLUMNS if table == facts.ROLES else facts.LATENCY_COLUMNS
     glob = facts.facts_glob(archive, table)
     [(have,)] = connection.execute("SELECT count(*) FROM glob(?)", [glob]).fetchall()
     if have:
-        from fr_otel.analysis.sqlfiles import sql_string
-
         relation = f"read_parquet({sql_string(glob)}, union_by_name = true)"
     else:
-        empty = f"fleet_empty_{table}"
-        connection.register(empty, schema.empty_table())
-        relation = empty
+        nulls = ", ".join(f"CAST(NULL AS {kind}) AS {name}" for name, kind in columns)
+        relation = f"(SELECT {nulls} WHERE FALSE)"
     conditions = ["TRUE"]
     if scope.job is not None:
-        conditions.append(f"job = {_literal(scope.job)}")
+        conditions.append(f"job = {sql_string(scope.job)}")
     if scope.since_ns is not None:
         if table == facts.ROLES:
             conditions.append(f"incident_time_ns >= {int(scope.since_ns)}")
         else:
             roles = f"fleet_roles WHERE incident_time_ns >= {int(scope.since_ns)}"
             conditions.append(f"(job, incident) IN (SELECT job, incident FROM {roles})")
-    columns = ", ".join(schema.names)
-    return f"SELECT {columns} FROM {relation} WHERE {' AND '.join(conditions)}"
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+    names = ", ".join(name for name, _ in columns)
+    return f"SELECT {names} FROM {relation} WHERE {' AND '.join(conditions)}"
 
 
 def register_fleet_views(
