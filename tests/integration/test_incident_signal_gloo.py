@@ -155,3 +155,49 @@ def test_the_recorder_and_the_analysis_send_the_incident_as_a_log_record_and_a_c
         )
         assert exported_log.trace_id == verdict_log.trace_id
         assert len(_counts(receiver)) == 3
+
+
+_LATE = """
+import datetime, os, time, torch, torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+x = torch.ones(64)
+for step in range(3):
+    dist.all_reduce(x)
+if int(os.environ["RANK"]) == 2:
+    time.sleep(8)  # past FR_OTEL_TIMEOUT, well within gloo's: the job goes on after
+dist.all_reduce(x)
+"""
+
+
+def test_a_timeout_declared_by_the_watch_is_in_the_trace_of_the_collective_that_waits(
+    tmp_path: Path,
+) -> None:
+    """Rank 2 comes 8 s late to an all_reduce: its peers' watches see it pending past
+    FR_OTEL_TIMEOUT and one declares the incident (``timeout``), in that all_reduce's trace;
+    rank 2 then arrives and the job ends well."""
+    script = tmp_path / "train.py"
+    script.write_text(_LATE)
+    with OtlpReceiver(protocol="grpc") as receiver:
+        code, archive, _ = fr_otel_run(
+            tmp_path / "archive",
+            "late",
+            torchrun(script, 3),
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}",
+            OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+            FR_OTEL_LIVE="0",
+            FR_OTEL_TIMEOUT="2",
+        )
+        assert code == 0
+        spans = receiver.wait_for_spans(3 * 3, timeout_s=10)
+        [(resource, declared)] = _incident_logs(receiver)
+    facts = _attributes(declared.attributes)
+    assert facts[model.FINDING_KIND] == facts[model.INCIDENT_TRIGGER] == "timeout"
+    [folder] = list((archive / "job=late").glob("incident=*"))
+    assert facts[model.INCIDENT] == folder.name.removeprefix("incident=")
+    rank = facts[model.RANK]
+    assert rank in (0, 1) and resource[model.RANK] == rank
+    [waiting] = [s for r, s in spans if s.trace_id == declared.trace_id and r[model.RANK] == rank]
+    # the fourth all_reduce, still pending at the flush
+    assert _attributes(waiting.attributes)[model.COLLECTIVE_SEQ_ID] == 4
+    assert waiting.name == "all_reduce"

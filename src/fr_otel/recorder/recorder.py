@@ -92,6 +92,8 @@ class Recorder:
         is this rank's declaration, whichever thread flushes it (the listener may see it
         in the store before ``declare`` gets to flush)."""
         self._incident_counter: Any = None
+        self._timeouts_declared: set[int] = set()
+        """Records of the watch's timeouts already declared (``_watched``)."""
         from fr_otel.recorder.capture import Capture
 
         self.capture = Capture(self, settings.stack_depth)
@@ -176,7 +178,7 @@ class Recorder:
             dump_file=_torch_dump_file(self.rank),
             fifo=base.with_suffix(".trigger"),
             signal_name=settings.trigger_signal,
-            on_incident=self.declare,
+            on_incident=self._watched,
             tick=self._mirror_tick if self._mirror is not None else None,
             on_terminate=self._end_by_signal,
             on_stack_request=lambda: self._write_stack(base),
@@ -390,6 +392,17 @@ class Recorder:
         logger.warning("fr_otel: incident %s (%s on rank %s)", incident, reason, self.rank)
         self._handle(incident, deadline)
         return incident
+
+    def _watched(self, reason: str) -> str | None:
+        """The watch noticed an incident: declare it, with the record that ran past its
+        timeout when that is why (the one the watch has seen since the last call; none
+        for torch's FR ops, which the mirror watches)."""
+        record = None
+        if reason == "timeout" and self._watch is not None:
+            new = set(self._watch.timeouts_seen) - self._timeouts_declared
+            self._timeouts_declared |= new
+            record = min(new) if new else None
+        return self.declare(reason, record=record)
 
     def collective_failed(self, record: int, exc: BaseException) -> None:
         """A collective raised on the training thread: flush the job before it goes on."""
