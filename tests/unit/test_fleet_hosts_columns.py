@@ -13,8 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.analysis import analyze
-from fr_otel.archive.hosts import host_in_name, read_host_map
+from fr_otel.archive.hosts import read_host_map
 from fr_otel.cli import main
+from fr_otel.dumps.discover import host_in_name
 from fr_otel.errors import ConfigError
 from fr_otel.schema import HOST_COLUMNS, SCHEMA_VERSION_KEY
 

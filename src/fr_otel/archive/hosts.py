@@ -2,13 +2,7 @@
 wrote.
 
 A Flight Recorder dump does not say which host wrote it, but real jobs often put the host
-in ``TORCH_FR_DUMP_TEMP_FILE``'s prefix (the rank is appended to it):
-
-- ``<host>.pci3_rank_<N>``: the host, a dot, then a tag (a PCI slot, a job step) that ends
-  in ``rank_``; the host is everything before the last dot of the prefix;
-- ``nccl_trace_rank_<host>_<N>`` (any ``..._rank_<host>_`` prefix): the host between
-  ``rank_`` and the rank.
-
+in ``TORCH_FR_DUMP_TEMP_FILE``'s prefix, which ``dumps.discover.host_in_name`` reads.
 ``fr-otel import --hosts FILE`` names them instead (and wins over the names), as JSON or CSV:
 
 - JSON: an object ``{"0": "node-a", "1": "node-a", ...}`` (rank -> host), or a list of
@@ -27,33 +21,28 @@ import io
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fr_otel.errors import ConfigError
-from fr_otel.recorder.placement import Placement
-
-HostMap = Mapping[int, Placement]
-"""Global rank -> where it ran."""
 
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$")
 """A host name, FQDN or address as launchers write them (no spaces, no slashes)."""
-_DOTTED = re.compile(
-    r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*?[A-Za-z][A-Za-z0-9-]*)\.(?:[A-Za-z0-9-]*_)?rank_?$"
-)
-_TRACE = re.compile(r"(?:^|_)rank_(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_$")
 
 
-def host_in_name(prefix: str) -> str | None:
-    """The host in a dump file name's ``prefix`` (the name without its rank and suffix), or
-    None where it names none."""
-    trace = _TRACE.search(prefix)
-    if trace is not None and any(c.isalpha() for c in trace.group("host")):
-        return trace.group("host")
-    dotted = _DOTTED.match(prefix)
-    if dotted is not None:
-        return dotted.group("host")
-    return None
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Placement:
+    """Where a rank ran: the ``schema.HOST_COLUMNS`` of its rows."""
+
+    host: str | None
+    local_rank: int | None
+    device: str | None
+    """The GPU's UUID (``GPU-...``), else its PCI bus id; None on CPU."""
+
+
+HostMap = Mapping[int, Placement]
+"""Global rank -> where it ran."""
 
 
 def read_host_map(path: Path) -> dict[int, Placement]:

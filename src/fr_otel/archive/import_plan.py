@@ -10,11 +10,10 @@ from pathlib import Path
 
 from fr_otel import config
 from fr_otel.archive import scratch
-from fr_otel.archive.hosts import HostMap
+from fr_otel.archive.hosts import HostMap, Placement
 from fr_otel.archive.layout import rank_file
 from fr_otel.archive.stage_dump import Task
 from fr_otel.dumps.discover import DumpFile
-from fr_otel.recorder.placement import Placement
 
 
 def default_incident(files: Iterable[DumpFile]) -> str:

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fr_otel.archive import footer_members, scratch
+from fr_otel.archive.hosts import Placement
 from fr_otel.archive.layout import write_staged
 from fr_otel.dumps.discover import DumpFile
 from fr_otel.dumps.load import load_dump_file
 from fr_otel.dumps.membership import needs_membership
 from fr_otel.dumps.parse import GroupSeen
 from fr_otel.errors import ArchiveError, DumpError
-from fr_otel.recorder.placement import Placement
 
 
 @dataclass(kw_only=True, slots=True)

@@ -185,7 +185,7 @@ def _simulate_fleet(
     import dataclasses
     import json
 
-    from fr_otel.sim.fleet_archive import FleetArchiveSpec, write_fleet_archive
+    from fr_otel.fleet.simulated import FleetArchiveSpec, write_fleet_archive
 
     if world % 2 or world < 4:
         raise click.BadParameter(

@@ -8,7 +8,7 @@ is whatever ``TORCH_FR_DUMP_TEMP_FILE`` said:
 - the same with ``.json`` (or ``.pkl``/``.pickle``) appended by tools that dump JSON;
 - ``<prefix>_quorum_<id>/<N>`` (torchft's dynamic file name, one folder per quorum);
 - ``nccl_trace_rank_<host>_<N>`` and ``<host>.pci3_rank_<N>`` (host in the name, which
-  the rows keep: ``archive.hosts``; the rank is the last number);
+  the rows keep: ``host_in_name``; the rank is the last number);
 - ``_fr_dumps/job=<J>/run=<R>/incident=<I>/comm_lib_trace_rank_<N>`` (torch's own dumps
   the recorder saved beside an incident), whose folders name the job and the incident.
 
@@ -30,8 +30,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from fr_otel.archive.hosts import host_in_name
 
 _DUMP_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<suffix>\.json|\.pkl|\.pickle)?$")
 _QUORUM_DIR = re.compile(r"_quorum_(?P<quorum>[A-Za-z0-9.-]+)$")
@@ -91,6 +89,30 @@ def parse_dump_name(path: Path) -> DumpFile:
         incident=folders.get("incident"),
         host=host_in_name(match.group("prefix")) if match is not None else None,
     )
+
+
+_DOTTED = re.compile(
+    r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*?[A-Za-z][A-Za-z0-9-]*)\.(?:[A-Za-z0-9-]*_)?rank_?$"
+)
+_TRACE = re.compile(r"(?:^|_)rank_(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)_$")
+
+
+def host_in_name(prefix: str) -> str | None:
+    """The host in a dump file name's ``prefix`` (the name without its rank and suffix), or
+    None where it names none. Real jobs often put it in ``TORCH_FR_DUMP_TEMP_FILE``:
+
+    - ``<host>.pci3_rank_<N>``: the host, a dot, then a tag (a PCI slot, a job step) that
+      ends in ``rank_``; the host is everything before the last dot of the prefix;
+    - ``nccl_trace_rank_<host>_<N>`` (any ``..._rank_<host>_`` prefix): the host between
+      ``rank_`` and the rank.
+    """
+    trace = _TRACE.search(prefix)
+    if trace is not None and any(c.isalpha() for c in trace.group("host")):
+        return trace.group("host")
+    dotted = _DOTTED.match(prefix)
+    if dotted is not None:
+        return dotted.group("host")
+    return None
 
 
 def _looks_like_dump(name: str) -> bool:

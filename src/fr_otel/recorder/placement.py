@@ -7,17 +7,10 @@ and its spans the host as ``host.name``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fr_otel import config
+from fr_otel.archive.hosts import Placement
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Placement:
-    host: str | None
-    local_rank: int | None
-    device: str | None
-    """The GPU's UUID (``GPU-...``), else its PCI bus id; None on CPU."""
+__all__ = ["Placement", "cuda_device", "this_rank"]
 
 
 def this_rank(backend: str | None) -> Placement:
