@@ -1,6 +1,7 @@
 -- fleet_hosts: one row per host, over every incident it took part in.
--- Columns: host, incidents (incidents with at least one of its ranks), culprit, straggler,
--- waiting (incidents in which one of its ranks was named so), blamed (incidents in which
+-- Columns: host, incidents (incidents with at least one of its ranks), culprit, straggler
+-- (incidents in which one of its ranks was named so), waiting (incidents in which one of
+-- its ranks waited behind the cause and none was blamed), blamed (incidents in which
 -- it was culprit or straggler), ranks (rank rows, all incidents), first_seen_ns,
 -- last_seen_ns, evidence (the latest incident that blamed it: job/incident: the finding's
 -- summary), last_blamed_ns.
@@ -12,7 +13,7 @@ WITH per_incident AS (
         incident,
         MAX(CASE WHEN culprit THEN 1 ELSE 0 END) AS culprit,
         MAX(CASE WHEN straggler THEN 1 ELSE 0 END) AS straggler,
-        MAX(CASE WHEN waiting AND NOT culprit THEN 1 ELSE 0 END) AS waiting,
+        MAX(CASE WHEN waiting THEN 1 ELSE 0 END) AS waiting,
         MAX(CASE WHEN culprit OR straggler THEN 1 ELSE 0 END) AS blamed,
         MAX(evidence) AS evidence,
         MAX(incident_time_ns) AS time_ns,
@@ -34,7 +35,7 @@ SELECT
     COUNT(*) AS incidents,
     CAST(SUM(culprit) AS BIGINT) AS culprit,
     CAST(SUM(straggler) AS BIGINT) AS straggler,
-    CAST(SUM(waiting) AS BIGINT) AS waiting,
+    CAST(SUM(CASE WHEN waiting = 1 AND blamed = 0 THEN 1 ELSE 0 END) AS BIGINT) AS waiting,
     CAST(SUM(blamed) AS BIGINT) AS blamed,
     CAST(SUM(ranks) AS BIGINT) AS ranks,
     MIN(time_ns) AS first_seen_ns,
