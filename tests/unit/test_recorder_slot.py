@@ -63,6 +63,8 @@ def test_the_hook_state_is_checked_when_the_hook_is_made() -> None:
         library={},
         seqs=[],
         p2p_seqs=[],
+        op_counters=[],
+        hidden_ops=[],
         tensor_type=object,
         settle_later=nothing,
         failed=nothing,

@@ -241,6 +241,8 @@ typedef struct {
     PyObject *library;    /* id(code) -> is it torch's (or fr_otel's) own frame */
     PyObject *seqs;       /* per group index: () -> the group's collective seq so far */
     PyObject *p2p_seqs;
+    PyObject *op_counters; /* per group index: gloo's op counter (), or None */
+    PyObject *hidden_ops;  /* per group index: op numbers taken by sends no hook saw */
     PyObject *tensor_type;
     PyObject *settle_later;      /* (writer, record, work) for async ops */
     PyObject *failed;            /* ((record, is_async), exception) */
@@ -450,7 +452,8 @@ static int begin(FastHook *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     int queued;
     PyObject *group = argument(args, nargs, kwnames, self->group_at, str_group);
     if (!known_group(self, group != NULL ? group : Py_None, &index, &queued)) goto done;
-    if (index >= PyList_GET_SIZE(self->seqs) || index >= PyList_GET_SIZE(self->p2p_seqs))
+    if (index >= PyList_GET_SIZE(self->seqs) || index >= PyList_GET_SIZE(self->p2p_seqs) ||
+        index >= PyList_GET_SIZE(self->op_counters) || index >= PyList_GET_SIZE(self->hidden_ops))
         goto done;
 
     PyObject *inputs = argument(args, nargs, kwnames, self->inputs_at, self->inputs_name);
@@ -467,14 +470,19 @@ static int begin(FastHook *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     int async_flag = 0;
     PyObject *async_op = argument(args, nargs, kwnames, self->async_at, str_async_op);
     if (async_op != NULL && (async_flag = PyObject_IsTrue(async_op)) < 0) goto done;
-    /* torch's own ordinal (the one its Flight Recorder writes), asked before the call */
-    PyObject *counter = PyList_GET_ITEM(self->seqs, index);
+    /* torch's own ordinal (the one its Flight Recorder writes), asked before the call.
+     * On gloo it is the op number less the sends and receives (capture._without_p2p),
+     * worked out here: that Python function's frame costs more than the count itself */
+    PyObject *op_counter = PyList_GET_ITEM(self->op_counters, index);
+    PyObject *counter = op_counter != Py_None ? op_counter : PyList_GET_ITEM(self->seqs, index);
     Py_INCREF(counter);
     seq_value = PyObject_CallNoArgs(counter);
     Py_DECREF(counter);
     if (seq_value == NULL) goto done;
-    int64_t seq = PyLong_AsLongLong(seq_value) + 1;
     int64_t p2p_seq = PyLong_AsLongLong(PyList_GET_ITEM(self->p2p_seqs, index));
+    int64_t seq = PyLong_AsLongLong(seq_value) + 1;
+    if (op_counter != Py_None)
+        seq -= p2p_seq + PyLong_AsLongLong(PyList_GET_ITEM(self->hidden_ops, index));
     if (PyErr_Occurred()) goto done;
 
     int64_t at = next_record(core);
@@ -662,6 +670,8 @@ static int hook_init(PyObject *op, PyObject *args, PyObject *kwargs) {
         {"library", &self->library, &PyDict_Type},
         {"seqs", &self->seqs, &PyList_Type},
         {"p2p_seqs", &self->p2p_seqs, &PyList_Type},
+        {"op_counters", &self->op_counters, &PyList_Type},
+        {"hidden_ops", &self->hidden_ops, &PyList_Type},
         {"tensor_type", &self->tensor_type, NULL},
         {"settle_later", &self->settle_later, NULL},
         {"failed", &self->failed, NULL},
@@ -743,6 +753,8 @@ static int hook_traverse(PyObject *op, visitproc visit, void *arg) {
     Py_VISIT(self->library);
     Py_VISIT(self->seqs);
     Py_VISIT(self->p2p_seqs);
+    Py_VISIT(self->op_counters);
+    Py_VISIT(self->hidden_ops);
     Py_VISIT(self->tensor_type);
     Py_VISIT(self->settle_later);
     Py_VISIT(self->failed);
@@ -765,6 +777,8 @@ static int hook_clear(PyObject *op) {
     Py_CLEAR(self->library);
     Py_CLEAR(self->seqs);
     Py_CLEAR(self->p2p_seqs);
+    Py_CLEAR(self->op_counters);
+    Py_CLEAR(self->hidden_ops);
     Py_CLEAR(self->tensor_type);
     Py_CLEAR(self->settle_later);
     Py_CLEAR(self->failed);

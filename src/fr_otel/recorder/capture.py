@@ -89,6 +89,10 @@ class HookState:
     seqs: list[Callable[[], int]]
     """Per group, torch's collective counter (the hook adds one)."""
     p2p_seqs: list[int]
+    op_counters: list[Callable[[], int] | None]
+    """Per group, gloo's op counter where ``seqs`` derives the collective number from it:
+    the hook then derives it itself (``_without_p2p``'s rule)."""
+    hidden_ops: list[int]
     tensor_type: type
     settle_later: Callable[[Any, int, Any], None]
     failed: Callable[[tuple[int, bool | None], BaseException], None]
@@ -436,7 +440,7 @@ class Capture:
         """Group name -> its collective counter in FR's numbering (what ``_seq`` holds)."""
         self._hidden_ops: list[int] = []
         """Group index -> gloo op numbers taken by sends and receives no hook saw."""
-        self._op_counters: dict[int, Callable[[], int]] = {}
+        self._op_counters: list[Callable[[], int] | None] = []
         """Group index -> gloo's own op counter, for its groups."""
         self._tensor_type: Any = None
         """``torch.Tensor``, set by ``patch`` (this module does not import torch)."""
@@ -574,7 +578,7 @@ class Capture:
                 group = hook.arg(args, kwargs, "group")
                 known = self._groups.get(group) or self._group(group)
                 if known is not None:
-                    counter = self._op_counters.get(known[0])
+                    counter = self._op_counters[known[0]]
                     if counter is not None:
                         return known[0], counter, counter()
             except Exception as exc:
@@ -699,6 +703,8 @@ class Capture:
             library=self._library,
             seqs=self._seq,
             p2p_seqs=self._p2p_seq,
+            op_counters=self._op_counters,
+            hidden_ops=self._hidden_ops,
             tensor_type=self._tensor_type,
             settle_later=self._settle_later,
             failed=self._failed,
@@ -926,6 +932,7 @@ class Capture:
             self._seq.append(_OwnSequence())
             self._p2p_seq.append(0)
             self._hidden_ops.append(0)
+            self._op_counters.append(None)
         earlier = self._index_of.get((info.name, info.ranks))
         if earlier is not None and earlier != index:
             # the same group under a new timeout: its own counts go on from there
