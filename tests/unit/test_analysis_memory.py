@@ -13,7 +13,7 @@ import pytest
 from fr_otel.analysis import Analysis, analyze, open_session, open_source
 from fr_otel.archive import import_dumps
 from fr_otel.cli import main
-from fr_otel.cli.analyze_cmd import render_json
+from fr_otel.report.live_shown import render_json
 from fr_otel.sim import FleetSpec, simulate, write_fleet
 
 

@@ -3,7 +3,7 @@
 A job or incident an agent names is compared with the names of the archive's incident
 folders before any path is made of it, so a name that is not one of them (``..``, a
 separator, another archive's) is refused like any unknown name. The analysis's JSON is
-``fr-otel analyze --format json``'s own (``cli.analyze_cmd.render_json``, with the live
+``fr-otel analyze --format json``'s own (``report.live_shown.render_json``, with the live
 check's record that names the incident), so an agent and a person read the same verdict.
 """
 
@@ -56,12 +56,12 @@ def listed_incidents(archive: Path, job: str | None = None) -> dict[str, Any]:
     """What ``fr-otel incidents`` says, as JSON: each incident's ranks and missing ranks,
     entries, time span, unreadable files, the import writing it now, and the lines of the
     live check's records that name it; then the records that name no incident here."""
-    from fr_otel.cli._live import live_records, naming
+    from fr_otel.report.live_shown import live_records, naming
 
     if job is not None and not any(f.job == job for f in incident_folders(archive)):
         raise ArchiveError(f"the archive has no job {job!r}")
     summaries = summarize_incidents(archive, job)
-    live = live_records(archive, job)
+    live, _ = live_records(archive, job)  # an unreadable record is left out, as the CLI does
     incidents = []
     for summary in summaries:
         incidents.append(
@@ -89,10 +89,10 @@ def listed_incidents(archive: Path, job: str | None = None) -> dict[str, Any]:
 
 def analysis_json(archive: Path, analysis: Analysis) -> dict[str, Any]:
     """``fr-otel analyze ARCHIVE --job J --incident I --format json``'s document."""
-    from fr_otel.cli._live import live_records, naming
-    from fr_otel.cli.analyze_cmd import render_json
+    from fr_otel.report.live_shown import live_records, naming, render_json
 
-    named = naming(live_records(archive, analysis.job), analysis.job, analysis.incident)
+    live, _ = live_records(archive, analysis.job)
+    named = naming(live, analysis.job, analysis.incident)
     out = io.StringIO()
     render_json(analysis, out, live=named[0] if named else None)
     document: dict[str, Any] = json.loads(out.getvalue())

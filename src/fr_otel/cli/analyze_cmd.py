@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import tempfile
 import time
@@ -19,12 +18,13 @@ from fr_otel.cli._gc import collect_rarely
 from fr_otel.cli._options import format_option
 from fr_otel.errors import ArchiveError
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
+from fr_otel.report.live_shown import render_json
 from fr_otel.report.words import outline, ranks_words
 from fr_otel.report.words import where as _where
 
 if TYPE_CHECKING:
     from fr_otel.analysis import Analysis, Finding
-    from fr_otel.cli._live import Shown
+    from fr_otel.report.live_shown import Shown
 
 TEXT_RANKS = 32
 """Ranks a text finding lists by number (the JSON lists them all)."""
@@ -111,19 +111,10 @@ def render_text(
 
 
 def _live_lines(analysis: Analysis, live: Shown | None, out: TextIO) -> None:
-    from fr_otel.cli._live import agreement_words, named_words
+    from fr_otel.report.live_shown import agreement_words, named_words
 
     if live is not None:
         out.write(f"  {named_words(live)}\n  {agreement_words(live, analysis)}\n")
-
-
-def render_json(analysis: Analysis, out: TextIO, *, live: Shown | None = None) -> None:
-    """``Analysis.to_dict``, and ``live``: the record of the live check that named this
-    incident while the job ran, with whether the analysis ``agrees`` (null: none)."""
-    from fr_otel.cli._live import as_json
-
-    json.dump({**analysis.to_dict(), "live": as_json(live, analysis)}, out, indent=2, default=str)
-    out.write("\n")
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -300,7 +291,8 @@ def _live(path: Path, job: str, incident: str, as_given: bool) -> Shown | None:
     """The live check's record that names this incident, when ``path`` is an archive (its
     ``_live`` folder); a temporary archive of rings or dumps has none."""
     from fr_otel.analysis.source import is_archive
-    from fr_otel.cli._live import live_records, naming
+    from fr_otel.cli._live import live_records
+    from fr_otel.report.live_shown import naming
 
     if not as_given or not is_archive(path):
         return None
@@ -367,10 +359,10 @@ def _html(
     trace_url: str | None,
 ) -> tuple[int, Analysis]:
     from fr_otel.analysis.source import reading_damaged_files
-    from fr_otel.cli._live import agreement_words, named_words
     from fr_otel.config import trace_url as configured_trace_url
     from fr_otel.report.build import build_report
     from fr_otel.report.html import render_html
+    from fr_otel.report.live_shown import agreement_words, named_words
 
     template = configured_trace_url(trace_url)
     report = reading_damaged_files(

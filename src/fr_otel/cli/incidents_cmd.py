@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from fr_otel.cli._errors import EXIT_BAD_INPUT, EXIT_OK
-from fr_otel.cli._live import Shown, live_records, naming
+from fr_otel.cli._live import live_records
 from fr_otel.errors import ArchiveError
+from fr_otel.report.live_shown import Shown, naming
 
 
 @click.command("incidents")
