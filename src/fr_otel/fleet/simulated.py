@@ -36,6 +36,9 @@ class FleetArchiveSpec:
     hosts: int
     """The pool's size: hosts ``node000``, ``node001``..."""
     hosts_per_incident: int = 4
+    max_hosts_per_incident: int | None = None
+    """Where set, each incident runs on between ``hosts_per_incident`` and this many hosts
+    (drawn with ``seed``): a fleet's jobs are not all one size."""
     ranks_per_host: int = 2
     bad_hosts: int = 0
     """How many of the pool are bad (drawn with ``seed``)."""
@@ -55,6 +58,12 @@ class FleetArchiveSpec:
             raise SimulationError(
                 f"hosts_per_incident: must be between 2 and hosts ({self.hosts}),"
                 f" got {self.hosts_per_incident}"
+            )
+        most = self.max_hosts_per_incident
+        if most is not None and not self.hosts_per_incident <= most <= self.hosts:
+            raise SimulationError(
+                f"max_hosts_per_incident: must be between hosts_per_incident"
+                f" ({self.hosts_per_incident}) and hosts ({self.hosts}), got {most}"
             )
         if not 0 <= self.bad_hosts < self.hosts:
             raise SimulationError(f"bad_hosts: must be in [0, {self.hosts}), got {self.bad_hosts}")
@@ -90,9 +99,12 @@ def write_fleet_archive(spec: FleetArchiveSpec, archive: Path) -> FleetTruth:
     pool = [host_name(i) for i in range(spec.hosts)]
     bad = sorted(rng.sample(pool, spec.bad_hosts))
     truth = FleetTruth(bad_hosts=bad)
-    world = spec.hosts_per_incident * spec.ranks_per_host
     for number in range(spec.incidents):
-        hosts = rng.sample(pool, spec.hosts_per_incident)
+        count = spec.hosts_per_incident
+        if spec.max_hosts_per_incident is not None:
+            count = rng.randint(count, spec.max_hosts_per_incident)
+        world = count * spec.ranks_per_host
+        hosts = rng.sample(pool, count)
         present_bad = [h for h in hosts if h in bad]
         if present_bad and rng.random() < spec.bad_share:
             blamed = rng.choice(present_bad)
