@@ -8,14 +8,18 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from fr_otel.cli._errors import EXIT_OK
 from fr_otel.cli._options import format_option
-from fr_otel.errors import ArchiveError
+from fr_otel.errors import ArchiveError, MissingDependencyError
+
+if TYPE_CHECKING:
+    from fr_otel.fleet.views import Scope
 
 _DURATION = re.compile(r"^(\d+)\s*([mhdw])$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -57,8 +61,30 @@ def since_ns(text: str, now_ns: int | None = None) -> int:
     show_default=True,
     help="Hosts and findings to show.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["duckdb", "spark"]),
+    default="duckdb",
+    show_default=True,
+    help="What runs the fleet views: DuckDB here, or Spark SQL (pip install 'fr-otel[spark]').",
+)
+@click.option(
+    "--spark-master",
+    default="local[2]",
+    show_default=True,
+    metavar="URL",
+    help="With --engine spark: the cluster (spark://host:7077, yarn) or local[N].",
+)
 @format_option(["text", "json"])
-def fleet(archive: Path, since: str | None, job: str | None, top: int, fmt: str) -> int:
+def fleet(
+    archive: Path,
+    since: str | None,
+    job: str | None,
+    top: int,
+    engine: str,
+    spark_master: str,
+    fmt: str,
+) -> int:
     """Rank the hosts of ARCHIVE by how often its incidents blame them.
 
     Every incident is analysed once (kept in ARCHIVE/_fleet, made again when its rank
@@ -66,14 +92,15 @@ def fleet(archive: Path, since: str | None, job: str | None, top: int, fmt: str)
     ranks culprit or straggler; a bad node's rate stands above the rest of the fleet's
     with one-sided 99.9% confidence (docs/fleet.md), over at least two incidents. The
     views behind it (fleet_incidents, fleet_hosts, fleet_bad_nodes, fleet_latency) are
-    in fr-otel sql.
+    in fr-otel sql. With --engine spark, each incident's analysis still runs here on
+    DuckDB; only the views run on Spark, from the same SQL files.
     """
     from fr_otel.analysis.source import is_archive
 
     if not is_archive(archive):
         raise ArchiveError(f"{archive} is not an archive (no job=*/incident=*/*.parquet inside)")
     bound = since_ns(since) if since is not None else None
-    report = _gather(archive, job, bound, top)
+    report = _gather(archive, job, bound, top, engine, spark_master)
     if fmt == "json":
         sys.stdout.write(json.dumps(report, default=str) + "\n")
     else:
@@ -81,11 +108,11 @@ def fleet(archive: Path, since: str | None, job: str | None, top: int, fmt: str)
     return EXIT_OK
 
 
-def _gather(archive: Path, job: str | None, bound: int | None, top: int) -> dict[str, Any]:
-    import duckdb
-
+def _gather(
+    archive: Path, job: str | None, bound: int | None, top: int, engine: str, master: str
+) -> dict[str, Any]:
     from fr_otel.fleet.facts import refresh
-    from fr_otel.fleet.views import Scope, register_fleet_views
+    from fr_otel.fleet.views import Scope
 
     def note(job_name: str, incident: str) -> None:
         if sys.stderr.isatty():
@@ -94,13 +121,8 @@ def _gather(archive: Path, job: str | None, bound: int | None, top: int) -> dict
     refreshed = refresh(archive, job=job, on_incident=note)
     for job_name, incident, why in refreshed.failed:
         click.echo(f"fr-otel: {job_name}/{incident}: left out ({why})", err=True)
-    with contextlib.closing(duckdb.connect()) as connection:
-        register_fleet_views(connection, archive, Scope(job=job, since_ns=bound))
-
-        def rows(query: str) -> list[dict[str, Any]]:
-            relation = connection.sql(query)
-            return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
-
+    scope = Scope(job=job, since_ns=bound)
+    with _views(engine, master, archive, scope) as rows:
         [totals] = rows(
             "SELECT count(*) AS incidents, count(DISTINCT job) AS jobs, min(time_ns) AS"
             " first_ns, max(time_ns) AS last_ns FROM fleet_incidents"
@@ -123,6 +145,36 @@ def _gather(archive: Path, job: str | None, bound: int | None, top: int) -> dict
         "ranking": ranking,
         "findings": findings,
     }
+
+
+@contextlib.contextmanager
+def _views(
+    engine: str, master: str, archive: Path, scope: Scope
+) -> Iterator[Callable[[str], list[dict[str, Any]]]]:
+    """A query's rows as dicts, on ``engine``, with the fleet views of ``archive``."""
+    if engine == "spark":
+        try:
+            from fr_otel.fleet import spark
+        except ImportError as exc:
+            raise MissingDependencyError(
+                f"--engine spark needs pyspark: pip install 'fr-otel[spark]' ({exc})"
+            ) from None
+        with spark.spark_session(master) as session:
+            spark.register_fleet_views(session, archive, scope)
+            yield lambda query: spark.rows(session, query)
+        return
+    import duckdb
+
+    from fr_otel.fleet.views import register_fleet_views
+
+    with contextlib.closing(duckdb.connect()) as connection:
+        register_fleet_views(connection, archive, scope)
+
+        def rows(query: str) -> list[dict[str, Any]]:
+            relation = connection.sql(query)
+            return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
+
+        yield rows
 
 
 def _day(ns: int | None) -> str:

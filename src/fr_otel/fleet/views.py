@@ -51,17 +51,11 @@ def view_sql(name: str) -> str:
     return resources.files("fr_otel.analysis").joinpath("sql", f"{name}.sql").read_text()
 
 
-def _source(connection: duckdb.DuckDBPyConnection, archive: Path, table: str, scope: Scope) -> str:
-    """A SELECT of the facts of ``table`` in ``scope`` (an empty relation of its columns
-    where no incident has any)."""
+def source_sql(relation: str, table: str, scope: Scope) -> str:
+    """The SELECT of ``table``'s facts (``facts.ROLES``, ``facts.LATENCY``) in ``scope``
+    from ``relation``, which an engine makes of the files: the same text on every engine.
+    The latency rows' ``since`` reads ``fleet_roles``, made first."""
     columns = facts.ROLES_COLUMNS if table == facts.ROLES else facts.LATENCY_COLUMNS
-    glob = facts.facts_glob(archive, table)
-    [(have,)] = connection.execute("SELECT count(*) FROM glob(?)", [glob]).fetchall()
-    if have:
-        relation = f"read_parquet({sql_string(glob)}, union_by_name = true)"
-    else:
-        nulls = ", ".join(f"CAST(NULL AS {kind}) AS {name}" for name, kind in columns)
-        relation = f"(SELECT {nulls} WHERE FALSE)"
     conditions = ["TRUE"]
     if scope.job is not None:
         conditions.append(f"job = {sql_string(scope.job)}")
@@ -73,6 +67,20 @@ def _source(connection: duckdb.DuckDBPyConnection, archive: Path, table: str, sc
             conditions.append(f"(job, incident) IN (SELECT job, incident FROM {roles})")
     names = ", ".join(name for name, _ in columns)
     return f"SELECT {names} FROM {relation} WHERE {' AND '.join(conditions)}"
+
+
+def _source(connection: duckdb.DuckDBPyConnection, archive: Path, table: str, scope: Scope) -> str:
+    """A SELECT of the facts of ``table`` in ``scope`` (an empty relation of its columns
+    where no incident has any)."""
+    columns = facts.ROLES_COLUMNS if table == facts.ROLES else facts.LATENCY_COLUMNS
+    glob = facts.facts_glob(archive, table)
+    [(have,)] = connection.execute("SELECT count(*) FROM glob(?)", [glob]).fetchall()
+    if have:
+        relation = f"read_parquet({sql_string(glob)}, union_by_name = true)"
+    else:
+        nulls = ", ".join(f"CAST(NULL AS {kind}) AS {name}" for name, kind in columns)
+        relation = f"(SELECT {nulls} WHERE FALSE)"
+    return source_sql(relation, table, scope)
 
 
 def register_fleet_views(

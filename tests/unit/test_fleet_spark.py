@@ -1,0 +1,167 @@
+"""Every fleet view on DuckDB and on Spark SQL (local mode) over the same simulated fleet
+archive gives the same rows, from the same view files (``fleet.views.view_sql``), and
+``fr-otel fleet --engine spark`` prints what the DuckDB engine prints.
+
+pyspark and Java are required here, never skipped: ``make test`` installs pyspark
+(requirements-dev.txt) and CI has Java 17. One Spark session serves the whole module.
+
+Floats are compared with a relative tolerance of 1e-9: the engines sum doubles in
+different orders (Spark per partition, then across them) and compute EXP and POWER with
+different libraries (Java's and C's), which moves the last bits of a double; every other
+value must be equal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from pyspark.sql import SparkSession
+
+from fr_otel.cli import main
+from fr_otel.fleet import facts, spark
+from fr_otel.fleet.views import FLEET_VIEWS, Scope, register_fleet_views
+
+pytestmark = pytest.mark.spark
+
+_REL = 1e-9
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("spark_fleet") / "fleet"
+    assert (
+        main(
+            [
+                "simulate",
+                str(folder),
+                "--incidents",
+                "16",
+                "--fleet-hosts",
+                "8",
+                "--bad-hosts",
+                "1",
+                "--seed",
+                "11",
+            ]
+        )
+        == 0
+    )
+    assert facts.refresh(folder).failed == []
+    return folder
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator[SparkSession]:
+    with spark.spark_session("local[2]") as started:
+        yield started
+
+
+def _duckdb_rows(archive: Path, scope: Scope, query: str) -> list[dict[str, Any]]:
+    with contextlib.closing(duckdb.connect()) as connection:
+        register_fleet_views(connection, archive, scope)
+        relation = connection.sql(query)
+        return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
+
+
+def _spark_rows(
+    session: SparkSession, archive: Path | str, scope: Scope, query: str
+) -> list[dict[str, Any]]:
+    spark.register_fleet_views(session, archive, scope)
+    return spark.rows(session, query)
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A row's values but its floats (whose last bits may differ), nulls first."""
+    return tuple((v is not None, v) for v in row.values() if not isinstance(v, float))
+
+
+def _assert_same(duck: list[dict[str, Any]], sparks: list[dict[str, Any]]) -> None:
+    assert len(duck) == len(sparks)
+    for d, s in zip(sorted(duck, key=_key), sorted(sparks, key=_key), strict=True):
+        assert list(d) == list(s)  # the same columns in the same order
+        for column, value in d.items():
+            other = s[column]
+            if isinstance(value, float) or isinstance(other, float):
+                assert isinstance(value, float) and isinstance(other, float), column
+                assert math.isclose(value, other, rel_tol=_REL), (column, d, s)
+            else:
+                assert type(value) is type(other) and value == other, (column, d, s)
+
+
+@pytest.mark.parametrize("view", list(FLEET_VIEWS))
+def test_every_view_gives_the_same_rows_on_both_engines(
+    view: str, archive: Path, session: SparkSession
+) -> None:
+    query = f"SELECT * FROM {view}"
+    duck = _duckdb_rows(archive, Scope(), query)
+    assert duck, view  # a view with rows to compare
+    _assert_same(duck, _spark_rows(session, archive, Scope(), query))
+
+
+def test_the_bad_node_is_found_on_spark(archive: Path, session: SparkSession) -> None:
+    query = "SELECT host FROM fleet_bad_nodes WHERE bad_node"
+    found = _spark_rows(session, archive, Scope(), query)
+    assert len(found) == 1 and found == _duckdb_rows(archive, Scope(), query)
+
+
+def test_a_job_and_since_scope_the_same_incidents_on_both_engines(
+    archive: Path, session: SparkSession
+) -> None:
+    """The scope's filter (``views.source_sql``) is engine-neutral too, latency's IN too."""
+    scope = Scope(job="job1", since_ns=1767571200 * 1_000_000_000)  # 2026-01-05
+    query = (
+        "SELECT (SELECT count(*) FROM fleet_incidents) AS incidents,"
+        " (SELECT count(*) FROM fleet_latency) AS latency,"
+        " (SELECT CAST(sum(blamed) AS BIGINT) FROM fleet_hosts) AS blamed"
+    )
+    duck = _duckdb_rows(archive, scope, query)
+    everything = _duckdb_rows(archive, Scope(), query)
+    assert 0 < duck[0]["incidents"] < everything[0]["incidents"]
+    assert 0 < duck[0]["latency"] < everything[0]["latency"]
+    _assert_same(duck, _spark_rows(session, archive, scope, query))
+
+
+def test_an_archive_without_facts_has_empty_views_on_both_engines(
+    tmp_path: Path, session: SparkSession
+) -> None:
+    query = " UNION ALL ".join(f"SELECT '{v}' AS view, count(*) AS n FROM {v}" for v in FLEET_VIEWS)
+    duck = _duckdb_rows(tmp_path, Scope(), query)
+    assert {r["n"] for r in duck} == {0}
+    _assert_same(duck, _spark_rows(session, tmp_path, Scope(), query))
+
+
+def test_fleet_command_prints_the_same_report_on_spark(
+    archive: Path, session: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process the command finds the module's session running and leaves it so."""
+    capsys.readouterr()
+    assert main(["fleet", str(archive), "--format", "json", "--top", "20"]) == 0
+    duck = json.loads(capsys.readouterr().out)
+    command = ["fleet", str(archive), "--format", "json", "--top", "20", "--engine", "spark"]
+    assert main([*command, "--spark-master", "local[1]"]) == 0
+    on_spark = json.loads(capsys.readouterr().out)
+    assert duck["bad_nodes"] and on_spark["bad_nodes"] == duck["bad_nodes"]
+    ranking, duck_ranking = on_spark.pop("ranking"), duck.pop("ranking")
+    assert [r["host"] for r in ranking] == [r["host"] for r in duck_ranking]  # z DESC, host
+    _assert_same(duck_ranking, ranking)
+    assert on_spark == duck
+    assert spark.rows(session, "SELECT 1 AS one") == [{"one": 1}]  # still running
+
+
+def test_the_duckdb_engine_never_imports_pyspark(archive: Path) -> None:
+    code = (
+        "import sys; from fr_otel.cli import main;"
+        f" assert main(['fleet', {str(archive)!r}, '--format', 'json']) == 0;"
+        " assert 'pyspark' not in sys.modules, 'pyspark imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
