@@ -201,3 +201,66 @@ def test_a_timeout_declared_by_the_watch_is_in_the_trace_of_the_collective_that_
     # the fourth all_reduce, still pending at the flush
     assert _attributes(waiting.attributes)[model.COLLECTIVE_SEQ_ID] == 4
     assert waiting.name == "all_reduce"
+
+
+_ASKED = """
+import time, torch, torch.distributed as dist, fr_otel
+
+recorder = fr_otel.install()
+dist.init_process_group("gloo")
+x = torch.ones(4)
+for _ in range(3):
+    dist.all_reduce(x)
+# a second apart: declarations within one poll of the job's store are one incident
+print(recorder.declare("operator"))  # fr-otel snapshot, or echo > rank-N.trigger
+time.sleep(1)
+print(recorder.declare("signal"))  # kill -USR2
+time.sleep(1)
+print(recorder.declare("live_check"))  # the live check's verdict
+recorder.close()
+"""
+
+
+def test_a_snapshot_a_person_asked_for_is_no_alert_and_the_live_check_s_incident_is(
+    tmp_path: Path,
+) -> None:
+    """An operator's snapshot (the FIFO, the signal) is archived and its spans sent, but
+    it sends no incident log record and no count: an alert for it would be a false alarm.
+    The incident the live check declares for its verdict is signalled."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from fr_otel.demo.recorded_job import free_port
+
+    with OtlpReceiver(protocol="http") as receiver:
+        environ = dict(
+            os.environ,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(free_port()),
+            RANK="0",
+            WORLD_SIZE="1",
+            FR_OTEL_ARCHIVE=str(tmp_path / "archive"),
+            FR_OTEL_JOB="asked",
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", _ASKED], env=environ, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        operator, signal, live = done.stdout.split()
+        assert operator.endswith("-operator") and signal.endswith("-signal"), done.stdout
+        assert live.endswith("-live_check"), done.stdout
+        # every incident's spans went out: a snapshot is still evidence
+        spans = receiver.wait_for_spans(3 * 3, timeout_s=10)
+        assert {
+            _any_value(a.value) for _, s in spans for a in s.attributes if a.key == model.INCIDENT
+        } >= {operator, signal, live}
+        [(_, declared)] = _incident_logs(receiver)
+        facts = _attributes(declared.attributes)
+        assert facts[model.INCIDENT] == live, json.dumps(facts, default=str)
+        assert facts[model.INCIDENT_TRIGGER] == "live_check"
+        [(_, point, value)] = _counts(receiver)
+        assert point[model.FINDING_KIND] == "live_check" and value == 1

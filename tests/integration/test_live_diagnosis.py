@@ -132,7 +132,7 @@ def test_a_reordering_is_named_while_the_job_hangs_and_abort_ends_it(
     assert record["seq"] == 21 and "train.py" in record["call_site"], record
     assert record["running_ranks"] == [0, 1, 2], record
     assert (record["known_ns"] - fault_ns) / 1e9 < GOAL_S, record
-    assert record["incident"].endswith("-operator"), record  # declared by the live check
+    assert record["incident"].endswith("-live_check"), record  # declared by the live check
     _offline_agrees(archive, "live", record)
     # and fr-otel analyze of that incident says what the live check named, and agrees
     assert main(["analyze", str(archive), "--job", "live", "--incident", record["incident"]]) == 1
@@ -171,7 +171,7 @@ def test_a_size_mismatch_is_named_from_the_ring_of_the_rank_gloo_aborted(
     assert code not in (0, EXIT_LIVE_ABORTED)  # the job failed by itself
     assert (record["kind"], record["culprit_ranks"], record["seq"]) == ("size_mismatch", [1], 21)
     assert (record["known_ns"] - fault_ns) / 1e9 < GOAL_S, record
-    assert not record["incident"].endswith("-operator"), record  # the job's own
+    assert not record["incident"].endswith("-live_check"), record  # the job's own
     _offline_agrees(archive, "live", record)
 
 

@@ -436,3 +436,16 @@ def test_the_live_checks_stack_request_writes_the_training_threads_stack_and_dec
     _poke(fifo, STACK_REQUEST + b"\n")  # not the request alone: an operator's write
     assert incidents.wait_for(1) == ["operator"]
     assert not request_stack(tmp_path / "no-such.trigger")
+
+
+def test_the_live_check_s_bytes_declare_a_live_check_incident(
+    tmp_path: Path, start_watch: Callable[..., Watch]
+) -> None:
+    # the live check's verdict is a failure; any other bytes are an operator's request
+    fifo = tmp_path / "rank-000000.trigger"
+    incidents = _Incidents()
+    start_watch(fifo=fifo, on_incident=incidents)
+    _poke(fifo, triggers.LIVE_CHECK_REQUEST)
+    assert incidents.wait_for(1) == ["live_check"]
+    _poke(fifo, b"live check\n")
+    assert incidents.wait_for(2) == ["live_check", "operator"]

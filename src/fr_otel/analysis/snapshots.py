@@ -25,8 +25,9 @@ import duckdb
 from fr_otel.analysis.sqlfiles import query_file, run_file
 from fr_otel.archive.manifest import Manifest
 
-SNAPSHOT_REASONS = ("operator", "signal")
-"""The recorder's incident reasons (the id's last part) for a snapshot an operator asked."""
+SNAPSHOT_REASONS = ("operator", "signal", "live_check")
+"""The recorder's incident reasons (the id's last part) for a snapshot of a running job:
+one an operator asked for, or the live check for its verdict."""
 
 STALL_NS = 30_000_000_000
 """Work pending this long when the snapshot was taken means the job was stuck: a step of

@@ -1,10 +1,12 @@
 """What follows a verdict: an incident every rank flushes, and, on request, the job's end.
 
-The incident is declared the way an operator's ``fr-otel snapshot`` declares one (a byte
+The incident is declared the way an operator's ``fr-otel snapshot`` declares one (bytes
 to a live rank's trigger FIFO, ``recorder.snapshot``): every rank archives its whole
-buffer through the job's store, and training goes on. A job that already declared an
-incident since the divergence (a rank aborted by gloo on a size mismatch, whose peers then
-fail) is not given a second one: the verdict names the job's own.
+buffer through the job's store, and training goes on. The bytes say the live check asks
+(trigger ``live_check``): its incident is a failure, and is signalled as one. A job that
+already declared an incident since the divergence (a rank aborted by gloo on a size
+mismatch, whose peers then fail) is not given a second one: the verdict names the job's
+own.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def declare(settings: RecorderSettings, since_ns: int, wait_s: float) -> Declare
     if joined:
         return Declared(incident=joined[-1], joined=True)
     try:
-        taken = request_snapshot(settings, wait_s=wait_s)
+        taken = request_snapshot(settings, wait_s=wait_s, live_check=True)
     except ArchiveError:  # every rank has ended: the launcher flushes what is left
         return Declared(incident=None, joined=False)
     return Declared(incident=taken.incident, joined=False)

@@ -118,12 +118,15 @@ INCIDENT_TRIGGERS: Final = (
     "terminated",
     "signal",
     "operator",
+    "live_check",
     "job_failed",
 )
 """The recorder's triggers, its incidents' kind before any analysis: a collective raised,
 one ran past its timeout, torch wrote its dump-on-timeout file, an exception nobody caught,
-``SIGABRT``, the launcher's ``SIGTERM``, the operator's signal or FIFO, the job failing
-without every rank flushing (``fr-otel run``). Anything else is counted as ``other``."""
+``SIGABRT``, the launcher's ``SIGTERM``, the operator's signal or FIFO (a snapshot the
+recorder sends no signal for: ``recorder.triggers.ASKED_FOR``), the live check's verdict,
+the job failing without every rank flushing (``fr-otel run``). Anything else is counted
+as ``other``."""
 OTHER_TRIGGER: Final = "other"
 
 # Semantic conventions for the call site and errors.

@@ -365,16 +365,20 @@ class Recorder:
         only an operator starts a new incident at any time. ``deadline`` (monotonic)
         bounds this rank's flush; default: ``flush_deadline_s`` from now. When this
         rank's id wins, its flush sends the incident's log record and count (``reason``
-        is their kind; ``record``, the collective that failed, their trace)."""
+        is their kind; ``record``, the collective that failed, their trace), unless a
+        person asked for it (``triggers.ASKED_FOR``: a snapshot is no failure)."""
+        from fr_otel.recorder.triggers import ASKED_FOR
+
         latest = self._latest
         if (
             latest is not None
-            and reason not in ("operator", "signal")
+            and reason not in (*ASKED_FOR, "live_check")
             and time.monotonic() - latest[1] < INCIDENT_WINDOW_S
         ):
             return latest[0]
         candidate = new_incident_id(f"r{self.rank}", reason, self.settings.run_id)
-        self._declaring[candidate] = (reason, record)
+        if reason not in ASKED_FOR:
+            self._declaring[candidate] = (reason, record)
         incident = candidate
         agreed = False
         if self._channel is not None:

@@ -19,6 +19,7 @@ from fr_otel.config import RecorderSettings
 from fr_otel.errors import ArchiveError
 from fr_otel.recorder.adopt import known_incidents
 from fr_otel.recorder.ring import adopted, ring_bases
+from fr_otel.recorder.triggers import LIVE_CHECK_REQUEST
 
 POLL_S = 0.1
 
@@ -45,9 +46,13 @@ def live_runs(settings: RecorderSettings) -> dict[str | None, list[Path]]:
     return runs
 
 
-def request_snapshot(settings: RecorderSettings, wait_s: float = 30.0) -> Snapshot:
+def request_snapshot(
+    settings: RecorderSettings, wait_s: float = 30.0, *, live_check: bool = False
+) -> Snapshot:
     """Ask the running job of ``settings.job`` (its run ``settings.run_id``, or the only
-    one running here) for a snapshot; wait up to ``wait_s`` for its incident id."""
+    one running here) for a snapshot; wait up to ``wait_s`` for its incident id.
+    ``live_check``: the live check asks, for its verdict (trigger ``live_check``, which
+    alerts), not an operator (``operator``, which does not)."""
     runs = live_runs(settings)
     if settings.run_id is not None:
         runs = {r: b for r, b in runs.items() if r == settings.run_id}
@@ -67,7 +72,7 @@ def request_snapshot(settings: RecorderSettings, wait_s: float = 30.0) -> Snapsh
     before = set(known_incidents(settings))
     for base in bases:
         trigger = base.with_suffix(".trigger")
-        if _poke(trigger):
+        if _poke(trigger, LIVE_CHECK_REQUEST if live_check else b"\n"):
             break
     else:
         raise ArchiveError(
@@ -83,8 +88,8 @@ def request_snapshot(settings: RecorderSettings, wait_s: float = 30.0) -> Snapsh
     return Snapshot(run_id=run_id, trigger=trigger, incident=None)
 
 
-def _poke(trigger: Path) -> bool:
-    """Write one byte to a rank's FIFO; False when nobody reads it (the rank is gone)."""
+def _poke(trigger: Path, data: bytes) -> bool:
+    """Write ``data`` to a rank's FIFO; False when nobody reads it (the rank is gone)."""
     try:
         fd = os.open(trigger, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -92,7 +97,7 @@ def _poke(trigger: Path) -> bool:
             return False
         raise
     try:
-        os.write(fd, b"\n")
+        os.write(fd, data)
     finally:
         os.close(fd)
     return True

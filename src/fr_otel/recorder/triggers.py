@@ -40,6 +40,14 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
 
+LIVE_CHECK_REQUEST: Final = b"live\n"
+"""What the live check writes into a rank's trigger FIFO to declare the incident of its
+verdict (``live.declare``): any other bytes are an operator's request."""
+ASKED_FOR: Final = ("operator", "signal")
+"""Triggers that are a person's request for a snapshot, not a failure: they start a new
+incident at any time, and send no incident signal (an alert for a snapshot someone
+asked for would be a false alarm)."""
+
 TRIGGER_SUFFIX: Final = ".trigger"
 
 
@@ -262,6 +270,8 @@ class Watch(threading.Thread):
         # may be that one, never an operator's (a healthy run got an operator incident)
         written = self._fifo.read() if self._fifo is not None else b""
         if written and not self._halt.is_set():
+            if written == LIVE_CHECK_REQUEST:
+                return "live_check"  # its verdict's incident
             if not is_stack_request(written):
                 return "operator"
             if self._on_stack_request is not None:
