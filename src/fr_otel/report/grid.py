@@ -59,7 +59,7 @@ SELECT c.rank, c.gid, w.col, c.state, c.record_id, c.time_created_ns,
        hash(s.frames) AS stack,
        s.op, s.backend, s.input_sizes, s.output_sizes, s.input_dtypes, s.output_dtypes, s.frames,
        s.pg_name, CASE WHEN $with_ranks THEN s.pg_ranks END AS pg_ranks, s.collective_seq_id,
-       s.p2p_seq_id, entry_p2p(s.is_p2p, s.op) AS is_p2p
+       s.p2p_seq_id, entry_p2p(s.is_p2p, s.op) AS is_p2p, s.run_id
 FROM grid_cells c
 JOIN grid_window w USING (group_desc, p2p, seq, sub)
 JOIN src s ON s.rank = c.rank AND s.record_id = c.record_id
@@ -86,8 +86,8 @@ FROM grid_entries
 
 _TRACE_GROUPS_SQL = """
 CREATE OR REPLACE TEMP TABLE grid_trace_groups AS
-SELECT pg_name, pg_ranks, (row_number() OVER () - 1)::INTEGER AS trace_group
-FROM (SELECT DISTINCT pg_name, pg_ranks FROM grid_entries)
+SELECT pg_name, pg_ranks, run_id, (row_number() OVER () - 1)::INTEGER AS trace_group
+FROM (SELECT DISTINCT pg_name, pg_ranks, run_id FROM grid_entries)
 """
 
 _TRACE_KEYS_SQL = """
@@ -95,6 +95,7 @@ SELECT e.rank, e.record_id, t.trace_group, e.collective_seq_id, e.p2p_seq_id, e.
 FROM grid_entries e
 JOIN grid_trace_groups t
   ON e.pg_name = t.pg_name AND e.pg_ranks IS NOT DISTINCT FROM t.pg_ranks
+ AND e.run_id IS NOT DISTINCT FROM t.run_id
 """
 
 
@@ -424,8 +425,9 @@ def _add_otlp_ids(
     return the distinct trace ids, which ``cells["trace"]`` indexes."""
     connection.execute(_TRACE_GROUPS_SQL)
     prefixes = {
-        index: model.group_key(job=incident.job, pg_name=pg_name, pg_ranks=pg_ranks)
-        for pg_name, pg_ranks, index in connection.execute(
+        # the run id is part of the trace id the recorder's spans have (otel.model)
+        index: model.group_key(job=incident.job, pg_name=pg_name, pg_ranks=pg_ranks, run_id=run)
+        for pg_name, pg_ranks, run, index in connection.execute(
             "SELECT * FROM grid_trace_groups"
         ).fetchall()
     }
