@@ -20,6 +20,10 @@ The two engines are the pair, as a peer is elsewhere: Spark's figure beside Duck
 Goals (issue 46): the bad-node ranking puts every planted bad host above every healthy one;
 DuckDB answers each fleet view in under 10 s; Spark's results equal DuckDB's.
 
+``--year COPIES`` then times the views again over that many copies of the facts (each
+copy's incidents renamed, its hosts spread over a 100,000-GPU fleet's 12,500), compacted
+into one file per table: the year of docs/fleet.md's "At fleet scale", read once per view.
+
 ``--keep`` reuses the archive under ``--out`` when it was made with the same settings (with
 the build times measured then), since generating a large fleet takes long.
 """
@@ -45,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VIEWS = ("fleet_incidents", "fleet_hosts", "fleet_bad_nodes", "fleet_latency")
 DUCKDB_GOAL_S = 10.0
 SAMPLE_S = 0.02
+YEAR_HOSTS = 12_500
+"""A 100,000-GPU fleet's hosts, at 8 GPUs a host."""
 
 
 def _plain(value: Any) -> Any:
@@ -56,9 +62,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _run_views(engine: str, archive: Path, repeat: int, master: str) -> dict[str, Any]:
+def _run_views(
+    engine: str, archive: Path, repeat: int, master: str, *, flat: bool = False
+) -> dict[str, Any]:
     """In the engine's own process: register the views, then read each one ``repeat``
-    times."""
+    times. ``flat``: the facts are one file per table (``_replicate``), whose rows' job and
+    incident DuckDB must not take from the folder's names."""
     result: dict[str, Any] = {"views": {}}
     start = time.perf_counter()
     if engine == "duckdb":
@@ -69,7 +78,10 @@ def _run_views(engine: str, archive: Path, repeat: int, master: str) -> dict[str
         connection = duckdb.connect()
         result["start_s"] = time.perf_counter() - start
         begun = time.perf_counter()
-        register_fleet_views(connection, archive)
+        if flat:
+            _register_flat(connection, archive)
+        else:
+            register_fleet_views(connection, archive)
 
         def read(query: str) -> tuple[list[str], list[list[Any]]]:
             relation = connection.sql(query)
@@ -94,6 +106,20 @@ def _run_views(engine: str, archive: Path, repeat: int, master: str) -> dict[str
 
             _time_views(result, read, repeat)
     return result
+
+
+def _register_flat(connection: Any, archive: Path) -> None:
+    from fr_otel.analysis.sqlfiles import sql_string
+    from fr_otel.fleet import facts
+    from fr_otel.fleet.views import FLEET_VIEWS, view_sql
+
+    for table, name in ((facts.ROLES, "fleet_roles"), (facts.LATENCY, "fleet_latency_rows")):
+        files = sql_string(facts.facts_glob(archive, table))
+        connection.execute(
+            f"CREATE TEMP VIEW {name} AS FROM read_parquet({files}, hive_partitioning = false)"
+        )
+    for name in FLEET_VIEWS:
+        connection.execute(f"CREATE TEMP VIEW {name} AS {view_sql(name)}")
 
 
 def _time_views(result: dict[str, Any], read: Any, repeat: int) -> None:
@@ -135,12 +161,15 @@ def _tree_rss(root: int) -> int:
     return total
 
 
-def _engine(engine: str, archive: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _engine(
+    engine: str, archive: Path, args: argparse.Namespace, repeat: int, *, flat: bool
+) -> dict[str, Any]:
     """Run ``engine``'s views in a child process; its result and the tree's peak RSS."""
     out = args.out / f"{engine}.json"
     out.unlink(missing_ok=True)
     command = [sys.executable, __file__, "--child", engine, "--out", str(args.out)]
-    command += ["--repeat", str(args.repeat), "--spark-master", args.spark_master]
+    command += ["--archive", str(archive), "--repeat", str(repeat)]
+    command += ["--spark-master", args.spark_master, *(["--flat"] if flat else [])]
     began = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak = 0
@@ -312,10 +341,100 @@ def _sizes(archive: Path) -> dict[str, dict[str, int]]:
     return sizes
 
 
+def _replicate(archive: Path, into: Path, copies: int, hosts: int) -> dict[str, int]:
+    """``copies`` copies of ``archive``'s facts as one file per table under ``into``: each
+    copy's incidents renamed, and its hosts too, so that the pool grows to about
+    ``YEAR_HOSTS``."""
+    import duckdb
+
+    from fr_otel.fleet import facts
+
+    shutil.rmtree(into, ignore_errors=True)
+    spread = max(1, math.ceil(YEAR_HOSTS / hosts))
+    renamed = {
+        "incident": "incident || '~' || CAST(k AS VARCHAR)",
+        "host": f"host || '~' || CAST(k % {spread} AS VARCHAR)",
+    }
+    with duckdb.connect() as connection:
+        for table in (facts.ROLES, facts.LATENCY):
+            columns = facts.ROLES_COLUMNS if table == facts.ROLES else facts.LATENCY_COLUMNS
+            names = ", ".join(f"{renamed.get(name, name)} AS {name}" for name, _ in columns)
+            path = facts.facts_path(into, table, "year", "all")
+            path.parent.mkdir(parents=True)
+            connection.execute(
+                f"COPY (SELECT {names} FROM read_parquet(?, union_by_name = true),"
+                f" range({int(copies)}) AS copies(k)) TO '{path.as_posix()}'"
+                " (FORMAT parquet, COMPRESSION zstd)",
+                [facts.facts_glob(archive, table)],
+            )
+        roles = facts.facts_path(into, facts.ROLES, "year", "all").as_posix()
+        [(rows, hosts_seen, incidents)] = connection.execute(
+            "SELECT count(*), count(DISTINCT host), count(DISTINCT incident) FROM read_parquet(?)",
+            [roles],
+        ).fetchall()
+        [(latency,)] = connection.execute(
+            "SELECT count(*) FROM read_parquet(?)",
+            [facts.facts_path(into, facts.LATENCY, "year", "all").as_posix()],
+        ).fetchall()
+    size = sum(path.stat().st_size for path in into.rglob(f"*{facts.SUFFIX}"))
+    return {
+        "roles": rows,
+        "hosts": hosts_seen,
+        "incidents": incidents,
+        "latency": latency,
+        "bytes": size,
+    }
+
+
 def _seconds(result: dict[str, Any] | None, view: str, which: str) -> str:
     if result is None or "error" in result:
         return "-"
     return f"{result['views'][view][which]:.3f}"
+
+
+def _compare(
+    archive: Path, args: argparse.Namespace, repeat: int, *, flat: bool = False
+) -> tuple[dict[str, dict[str, Any]], bool]:
+    """Run each engine over ``archive`` and print the table: the engines' results, and
+    whether every view's rows were equal on both."""
+    engines = ["duckdb", "spark"] if args.engine == "both" else [args.engine]
+    results: dict[str, dict[str, Any] | None] = {"duckdb": None, "spark": None}
+    for engine in engines:
+        results[engine] = _engine(engine, archive, args, repeat, flat=flat)
+        if "error" in (results[engine] or {}):
+            print(f"{engine}: failed: {results[engine]['error']}")  # type: ignore[index]
+    duck, spark = results["duckdb"], results["spark"]
+    ran = {name: r for name, r in results.items() if r is not None and "error" not in r}
+
+    print()
+    print("engine start and view registration, peak RSS of the process tree:")
+    for name, result in ran.items():
+        print(
+            f"  {name:7} start {result['start_s']:6.2f} s, register {result['register_s']:6.2f} s,"
+            f" whole process {result['wall_s']:6.1f} s, peak RSS {result['peak_rss'] / 2**20:,.0f}"
+            " MiB"
+        )
+    print()
+    print(
+        f"{'view':18}{'duckdb s':>10}{'warm':>8}{'spark s':>10}{'warm':>8}{'rows':>9}  equal"
+        f"   (first read; warm: best of {repeat})"
+    )
+    equal_all = True
+    for view in VIEWS:
+        some = next(iter(ran.values()), None)
+        rows = len(some["views"][view]["rows"]) if some else 0
+        if len(ran) == 2:
+            same, why = _same(ran["duckdb"]["views"][view], ran["spark"]["views"][view])
+            equal = "yes" if same else f"NO: {why}"
+            equal_all &= same
+        else:
+            equal = "-"
+        print(
+            f"{view:18}{_seconds(duck, view, 'first_s'):>10}{_seconds(duck, view, 'best_s'):>8}"
+            f"{_seconds(spark, view, 'first_s'):>10}{_seconds(spark, view, 'best_s'):>8}"
+            f"{rows:9,}  {equal}"
+        )
+    return ran, equal_all
 
 
 def main() -> None:
@@ -342,12 +461,22 @@ def main() -> None:
     parser.add_argument(
         "--keep", action="store_true", help="reuse the archive under --out if its settings match"
     )
+    parser.add_argument(
+        "--year",
+        type=int,
+        default=0,
+        metavar="COPIES",
+        help="then also time the views over COPIES copies of the facts in one file per table,"
+        f" their hosts spread over {YEAR_HOSTS:,} (docs/fleet.md, 'At fleet scale')",
+    )
     parser.add_argument("--child", choices=["duckdb", "spark"], help=argparse.SUPPRESS)
+    parser.add_argument("--archive", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--flat", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    archive = args.out / "archive"
+    archive = args.archive or args.out / "archive"
     args.ranks_per_host = args.ranks_per_host or max(1, min(8, args.min_ranks // 2))
     if args.child:
-        result = _run_views(args.child, archive, args.repeat, args.spark_master)
+        result = _run_views(args.child, archive, args.repeat, args.spark_master, flat=args.flat)
         (args.out / f"{args.child}.json").write_text(json.dumps(result))
         return
 
@@ -373,43 +502,7 @@ def main() -> None:
             f"{per_row:11.1f}"
         )
 
-    engines = ["duckdb", "spark"] if args.engine == "both" else [args.engine]
-    results: dict[str, dict[str, Any] | None] = {"duckdb": None, "spark": None}
-    for engine in engines:
-        results[engine] = _engine(engine, archive, args)
-        if "error" in (results[engine] or {}):
-            print(f"{engine}: failed: {results[engine]['error']}")  # type: ignore[index]
-    duck, spark = results["duckdb"], results["spark"]
-    ran = {name: r for name, r in results.items() if r is not None and "error" not in r}
-
-    print()
-    print("engine start and view registration, peak RSS of the process tree:")
-    for name, result in ran.items():
-        print(
-            f"  {name:7} start {result['start_s']:6.2f} s, register {result['register_s']:6.2f} s,"
-            f" whole process {result['wall_s']:6.1f} s, peak RSS {result['peak_rss'] / 2**20:,.0f}"
-            " MiB"
-        )
-    print()
-    print(
-        f"{'view':18}{'duckdb s':>10}{'warm':>8}{'spark s':>10}{'warm':>8}{'rows':>9}  equal"
-        f"   (first read; warm: best of {args.repeat})"
-    )
-    equal_all = True
-    for view in VIEWS:
-        some = next(iter(ran.values()), None)
-        rows = len(some["views"][view]["rows"]) if some else 0
-        if len(ran) == 2:
-            same, why = _same(ran["duckdb"]["views"][view], ran["spark"]["views"][view])
-            equal = "yes" if same else f"NO: {why}"
-            equal_all &= same
-        else:
-            equal = "-"
-        print(
-            f"{view:18}{_seconds(duck, view, 'first_s'):>10}{_seconds(duck, view, 'best_s'):>8}"
-            f"{_seconds(spark, view, 'first_s'):>10}{_seconds(spark, view, 'best_s'):>8}"
-            f"{rows:9,}  {equal}"
-        )
+    ran, equal_all = _compare(archive, args, args.repeat)
     print()
     for name, result in ran.items():
         met, detail = _ranking(result["views"]["fleet_bad_nodes"], built["bad_hosts"])
@@ -426,6 +519,16 @@ def main() -> None:
         print(f"goal, Spark's results equal DuckDB's: {'met' if equal_all else 'NOT met'}")
     else:
         print("goal, Spark's results equal DuckDB's: not measured (one engine ran)")
+    if args.year:
+        year = args.out / "year"
+        print()
+        sized = _replicate(archive, year, args.year, args.hosts)
+        print(
+            f"{args.year} copies of the facts: {sized['roles']:,} roles rows, {sized['hosts']:,}"
+            f" hosts, {sized['incidents']:,} incidents, {sized['latency']:,} latency rows;"
+            f" {sized['bytes'] / 1e6:,.1f} MB in 2 files"
+        )
+        _compare(year, args, 1, flat=True)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
 
 
