@@ -15,11 +15,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from fr_otel.config import otlp_settings
 from fr_otel.live.otlp import live_spans
-from fr_otel.live.send import SEND_DEADLINE_S, logs_url, send_in_background
+from fr_otel.live.send import SEND_DEADLINE_S, send_in_background
 from fr_otel.live.suspect import StallSuspect
 from fr_otel.live.verdict import Verdict
 from fr_otel.otel import model
 from fr_otel.otel.encode import row_to_span
+from fr_otel.otel.signals import Signal, signal_url
 from tests.otlp_receiver import OtlpReceiver, _any_value
 from tests.rows import canonical_row
 
@@ -199,9 +200,9 @@ def test_without_an_endpoint_nothing_is_sent() -> None:
 
 
 def test_the_logs_url_sits_beside_the_traces_url() -> None:
-    assert logs_url("http://c:4318/v1/traces") == "http://c:4318/v1/logs"
-    assert logs_url("https://c/otlp/v1/traces/") == "https://c/otlp/v1/logs"
-    assert logs_url("http://c:4318/ingest") is None
+    assert signal_url("http://c:4318/v1/traces", Signal.LOGS) == "http://c:4318/v1/logs"
+    assert signal_url("https://c/otlp/v1/traces/", Signal.LOGS) == "https://c/otlp/v1/logs"
+    assert signal_url("http://c:4318/ingest", Signal.LOGS) is None
 
 
 def test_a_reruns_verdict_joins_the_reruns_trace_not_the_first_runs() -> None:
