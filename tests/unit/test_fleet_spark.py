@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ from fr_otel.fleet import facts, spark
 from fr_otel.fleet.views import FLEET_VIEWS, Scope, register_fleet_views
 
 pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
 
 _REL = 1e-9
 
@@ -155,6 +158,27 @@ def test_fleet_command_prints_the_same_report_on_spark(
     _assert_same(duck_ranking, ranking)
     assert on_spark == duck
     assert spark.rows(session, "SELECT 1 AS one") == [{"one": 1}]  # still running
+
+
+def test_the_readmes_spark_job_runs_on_a_running_session(
+    archive: Path,
+    session: SparkSession,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The README's spark-submit script, given the archive as spark-submit would, finds
+    the session running (as it finds spark-submit's) and prints the ranking."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n### The fleet views on Spark\n", 1)[1].split("\n## ", 1)[0]
+    [script] = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.setattr(sys, "argv", ["fleet_views.py", str(archive)])
+    capsys.readouterr()
+    exec(compile(script, "fleet_views.py", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    [bad] = _duckdb_rows(archive, Scope(), "SELECT host FROM fleet_bad_nodes WHERE bad_node")
+    lines = out.splitlines()
+    assert re.fullmatch(r"\|\s*host\|\s*incidents\|\s*blamed\|\s*z\|bad_node\|", lines[1]), out
+    assert re.fullmatch(rf"\|{bad['host']}\|.*\|\s*true\|", lines[3]), out  # first: the bad node
 
 
 def test_the_duckdb_engine_never_imports_pyspark(archive: Path) -> None:
