@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fr_otel.errors import ArchiveError
-from fr_otel.report.words import code_locations, where
+from fr_otel.report.words import code_locations, role, where
 
 if TYPE_CHECKING:
     from fr_otel.analysis import Analysis, Finding
@@ -30,7 +30,7 @@ def explain_finding(analysis: Analysis, index: int) -> dict[str, Any]:
         "incident": analysis.incident,
         "index": index,
         "kind": finding.kind,
-        "role": _role(analysis, index),
+        "role": role(analysis, index, cite="finding {}".format),
         "summary": finding.summary,
         "where": where(finding),
         "call_sites": [{"who": who, "site": site} for who, site in code_locations(finding)],
@@ -52,20 +52,6 @@ def explain_finding(analysis: Analysis, index: int) -> dict[str, Any]:
         "consequences": [_brief(analysis, i) for i in finding.consequences],
         "root_cause": _brief(analysis, analysis.root_cause),
     }
-
-
-def _role(analysis: Analysis, index: int) -> str:
-    """The finding's place in the verdict, in ``fr-otel analyze``'s words."""
-    from fr_otel.analysis.findings import PERFORMANCE_KINDS
-
-    finding = analysis.findings[index]
-    if finding.kind in PERFORMANCE_KINDS:
-        return "performance, not a hang"
-    if index == analysis.root_cause:
-        return "root cause"
-    if finding.consequence_of is not None:
-        return f"consequence of finding {finding.consequence_of}"
-    return "independent"
 
 
 def _stacks(finding: Finding) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from fr_otel.cli._options import format_option
 from fr_otel.errors import ArchiveError
 from fr_otel.report.defaults import DEFAULT_COLUMNS, DEFAULT_MAX_RANKS
 from fr_otel.report.live_shown import render_json
-from fr_otel.report.words import outline, ranks_words
+from fr_otel.report.words import outline, ranks_words, role
 from fr_otel.report.words import where as _where
 
 if TYPE_CHECKING:
@@ -48,19 +48,6 @@ def _stacks(finding: Finding, out: TextIO, indent: str = "") -> None:
             out.write(f"{head}stack of {who}:\n")
             for frame in frames[:8]:
                 out.write(f"{line}{_frame_line(frame)}\n")
-
-
-def _tag(analysis: Analysis, index: int) -> str:
-    from fr_otel.analysis.findings import PERFORMANCE_KINDS
-
-    finding = analysis.findings[index]
-    if finding.kind in PERFORMANCE_KINDS:
-        return "performance, not a hang"
-    if index == analysis.root_cause:
-        return "root cause"
-    if finding.consequence_of is not None:
-        return f"consequence of [{finding.consequence_of}]"
-    return "independent"
 
 
 def render_text(
@@ -101,7 +88,7 @@ def render_text(
         finding = analysis.findings[index]
         indent = "    " * depth
         who = ranks_words(finding, limit=TEXT_RANKS)
-        out.write(f"{indent}[{index}] {finding.kind} ({_tag(analysis, index)}); {who}\n")
+        out.write(f"{indent}[{index}] {finding.kind} ({role(analysis, index)}); {who}\n")
         out.write(f"{indent}    {finding.summary}\n")
         where = _where(finding)
         if where:

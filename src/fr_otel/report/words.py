@@ -1,7 +1,8 @@
-"""A finding's code locations in words, for every renderer (text, HTML)."""
+"""A finding in words for every renderer (text, HTML, MCP): code locations, ranks, role."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fr_otel.stacks import call_site
@@ -60,3 +61,18 @@ def outline(analysis: Analysis) -> list[tuple[int, int]]:
         (index, 0 if finding.consequence_of is None else 1)
         for index, finding in enumerate(analysis.findings)
     ]
+
+
+def role(analysis: Analysis, index: int, *, cite: Callable[[int], str] = "[{}]".format) -> str:
+    """The finding's place in the verdict: the root cause, a consequence of another finding
+    (``cite`` names it), independent, or a performance finding, which is no hang's."""
+    from fr_otel.analysis.findings import PERFORMANCE_KINDS
+
+    finding = analysis.findings[index]
+    if finding.kind in PERFORMANCE_KINDS:
+        return "performance, not a hang"
+    if index == analysis.root_cause:
+        return "root cause"
+    if finding.consequence_of is not None:
+        return f"consequence of {cite(finding.consequence_of)}"
+    return "independent"
