@@ -160,6 +160,24 @@ def test_fleet_command_prints_the_same_report_on_spark(
     assert spark.rows(session, "SELECT 1 AS one") == [{"one": 1}]  # still running
 
 
+def test_sql_runs_the_fleet_views_on_spark(
+    archive: Path, session: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    query = (
+        "SELECT host, incidents, blamed, culprit, straggler, bad_node, evidence"
+        " FROM fleet_bad_nodes ORDER BY host"
+    )
+    capsys.readouterr()
+    assert main(["sql", str(archive), query, "--format", "csv"]) == 0
+    duck = capsys.readouterr().out
+    assert main(["sql", str(archive), query, "--format", "csv", "--engine", "spark"]) == 0
+    assert capsys.readouterr().out == duck and duck.count("\n") == 9
+
+    assert main(["sql", str(archive), "SELECT nope FROM fleet_hosts", "--engine", "spark"]) != 0
+    error = capsys.readouterr().err
+    assert "query failed: [UNRESOLVED_COLUMN" in error and "SubqueryAlias" not in error
+
+
 def test_the_readmes_spark_job_runs_on_a_running_session(
     archive: Path,
     session: SparkSession,
@@ -179,6 +197,15 @@ def test_the_readmes_spark_job_runs_on_a_running_session(
     lines = out.splitlines()
     assert re.fullmatch(r"\|\s*host\|\s*incidents\|\s*blamed\|\s*z\|bad_node\|", lines[1]), out
     assert re.fullmatch(rf"\|{bad['host']}\|.*\|\s*true\|", lines[3]), out  # first: the bad node
+
+
+def test_without_pyspark_the_spark_engine_says_what_to_install(archive: Path) -> None:
+    code = (
+        "import sys; sys.modules['pyspark'] = None; from fr_otel.cli import main;"
+        f" sys.exit(main(['fleet', {str(archive)!r}, '--engine', 'spark']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode != 0 and "pip install 'fr-otel[spark]'" in done.stderr, done.stderr
 
 
 def test_the_duckdb_engine_never_imports_pyspark(archive: Path) -> None:

@@ -14,7 +14,7 @@ import click
 
 from fr_otel.cli._errors import EXIT_OK
 from fr_otel.cli._options import format_option
-from fr_otel.errors import ArchiveError
+from fr_otel.errors import ArchiveError, MissingDependencyError
 
 if TYPE_CHECKING:
     import duckdb
@@ -38,7 +38,23 @@ def _describe(connection: duckdb.DuckDBPyConnection) -> str:
 @click.argument("query", required=False)
 @format_option(["table", "csv", "json"])
 @click.option("--max-rows", type=int, default=100, show_default=True, help="table format only")
-def sql(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
+@click.option(
+    "--engine",
+    type=click.Choice(["duckdb", "spark"]),
+    default="duckdb",
+    show_default=True,
+    help="spark: only the fleet views, on Spark SQL (pip install 'fr-otel[spark]').",
+)
+@click.option(
+    "--spark-master",
+    default="local[2]",
+    show_default=True,
+    metavar="URL",
+    help="With --engine spark: the cluster (spark://host:7077, yarn) or local[N].",
+)
+def sql(
+    archive: Path, query: str | None, fmt: str, max_rows: int, engine: str, spark_master: str
+) -> int:
     """Run SQL over an archive (DuckDB), with the views entries, collectives, findings,
     and the fleet's: fleet_incidents, fleet_hosts, fleet_bad_nodes, fleet_latency
     (docs/fleet.md; a query that names one analyses each incident not analysed yet).
@@ -47,6 +63,8 @@ def sql(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
     their columns. A rank file that cannot be read is named and left out of the views.
     The same Parquet files work with plain duckdb:
     read_parquet('ARCHIVE/**/*.parquet', hive_partitioning = true).
+    With --engine spark, the fleet views only, from the same SQL files (each incident's
+    analysis still runs here on DuckDB).
     """
     from fr_otel.analysis.source import is_archive, reading_damaged_files
 
@@ -54,6 +72,8 @@ def sql(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
         raise ArchiveError(f"{archive} is not an archive (no job=*/incident=*/*.parquet inside)")
     if query is None and not sys.stdin.isatty():
         query = sys.stdin.read()
+    if engine == "spark":
+        return _run_spark(archive, query, fmt, max_rows, spark_master)
     return reading_damaged_files(lambda: _run(archive, query, fmt, max_rows))
 
 
@@ -82,20 +102,56 @@ def _run(archive: Path, query: str | None, fmt: str, max_rows: int) -> int:
             raise click.ClickException(f"query failed: {exc}") from None
         if relation is None:
             return EXIT_OK
-        if fmt == "table":
-            click.echo(_table(relation, max_rows))
-        else:
-            columns = relation.columns
-            rows = relation.fetchall()
-            if fmt == "csv":
-                writer = csv.writer(sys.stdout)
-                writer.writerow(columns)
-                writer.writerows(rows)
-            else:
-                for row in rows:
-                    sys.stdout.write(
-                        json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n"
-                    )
+        _print(relation, fmt, max_rows)
+    return EXIT_OK
+
+
+def _print(relation: duckdb.DuckDBPyRelation, fmt: str, max_rows: int) -> None:
+    if fmt == "table":
+        click.echo(_table(relation, max_rows))
+        return
+    columns = relation.columns
+    rows = relation.fetchall()
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        for row in rows:
+            sys.stdout.write(json.dumps(dict(zip(columns, row, strict=True)), default=str) + "\n")
+
+
+def _run_spark(archive: Path, query: str | None, fmt: str, max_rows: int, master: str) -> int:
+    """The fleet views on Spark; its rows printed as DuckDB's are (through Arrow)."""
+    import duckdb
+
+    from fr_otel.fleet.facts import refresh
+    from fr_otel.fleet.views import FLEET_VIEWS
+
+    try:
+        from fr_otel.fleet import spark
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"--engine spark needs pyspark: pip install 'fr-otel[spark]' ({exc})"
+        ) from None
+    for job, incident, why in refresh(archive).failed:
+        click.echo(f"fr-otel: {job}/{incident}: left out of the fleet views ({why})", err=True)
+    with spark.spark_session(master) as session:
+        spark.register_fleet_views(session, archive)
+        if not query or not query.strip():
+            lines = ["Fleet views on Spark (query them with: fr-otel sql --engine spark ...):"]
+            for view, doc in FLEET_VIEWS.items():
+                lines += [f"  {view}: {doc}", "    " + ", ".join(spark.columns(session, view))]
+            click.echo("\n".join(lines))
+            return EXIT_OK
+        spark.quiet_query_errors()
+        try:
+            table = spark.arrow(session, query)
+        except spark.QueryError as exc:
+            # the first line says what is wrong; the rest is Spark's plan
+            raise click.ClickException(f"query failed: {str(exc).splitlines()[0]}") from None
+    with contextlib.closing(duckdb.connect()) as connection:
+        _print(connection.from_arrow(table), fmt, max_rows)
     return EXIT_OK
 
 

@@ -10,18 +10,23 @@ folder). Importing this module imports pyspark; nothing else in fr_otel imports 
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.errors import AnalysisException, PySparkRuntimeError
+from pyspark.errors import AnalysisException, PySparkException, PySparkRuntimeError
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
 from fr_otel.errors import MissingDependencyError
 from fr_otel.fleet import facts
 from fr_otel.fleet.views import FLEET_VIEWS, Scope, source_sql, view_sql
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 LOCAL_MASTER = "local[2]"
 
@@ -109,6 +114,26 @@ def _facts_frame(session: SparkSession, archive: Path | str, table: str) -> Any:
         if "PATH_NOT_FOUND" not in str(exc):
             raise
         return session.createDataFrame([], schema)
+
+
+QueryError = PySparkException
+"""What a query Spark cannot run raises (a mistake in it, a missing table)."""
+
+
+def quiet_query_errors() -> None:
+    """Stop pyspark logging each failed query whole (its plan and the JVM's stack) on
+    stderr, for a command that reports the error itself: it raises ``QueryError`` all
+    the same."""
+    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+
+
+def arrow(session: SparkSession, query: str) -> pa.Table:
+    """``query``'s rows as an Arrow table, columns typed as Spark typed them."""
+    return session.sql(query).toArrow()
+
+
+def columns(session: SparkSession, view: str) -> list[str]:
+    return list(session.table(view).columns)
 
 
 def rows(session: SparkSession, query: str) -> list[dict[str, Any]]:
