@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards chromium e2e-tools alerting-tools
+.PHONY: demo test lint typecheck unit bench clean fixtures docs dashboards chromium e2e-tools alerting-tools java
 
 $(STAMP): requirements-dev.txt pyproject.toml setup.py src/fr_otel/recorder/_fasthook.c src/fr_otel/recorder/_lastgasp.c
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 
-unit: $(STAMP) chromium e2e-tools alerting-tools
+unit: $(STAMP) chromium e2e-tools alerting-tools java
 	$(BIN)/pytest -q
 
 # The browser tests open the HTML report in Debian's chromium (no browser download:
@@ -43,6 +43,18 @@ chromium:
 		{ $$SUDO apt-get update -qq >/dev/null && $$SUDO apt-get install -y -qq chromium >/dev/null; }; }
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "the browser tests need chromium: apt-get install chromium" >&2; exit 1; }
+
+# The fleet views' Spark tests (tests/unit/test_fleet_spark.py) run Spark in local mode,
+# which needs Java 17 or later: Debian's, installed when missing and apt can.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		echo "installing Debian's Java 17 runtime for the Spark tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo -n ); \
+		$$SUDO apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null 2>&1 || \
+		{ $$SUDO apt-get update -qq >/dev/null && \
+			$$SUDO apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null; }; }
+	@command -v java >/dev/null 2>&1 || { \
+		echo "the Spark tests need Java 17: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
 
 # The alert rules' checks (promtool) and the alert end-to-end test's real Prometheus and
 # Alertmanager: Debian's packages, installed when missing and apt can. Only their binaries
