@@ -101,7 +101,10 @@ def _facts_frame(session: SparkSession, archive: Path | str, table: str) -> Any:
     """Every incident's file of ``table``, read with the facts' schema (a column an older
     file lacks reads null), or no rows where the archive has none."""
     schema = facts_schema(table)
-    root = f"{str(archive).rstrip('/')}/{facts.FLEET_DIR}/{table}"
+    # a local folder as a file: URL, which a cluster whose default file system is HDFS
+    # would otherwise look for there
+    base = archive.resolve().as_uri() if isinstance(archive, Path) else archive.rstrip("/")
+    root = f"{base}/{facts.FLEET_DIR}/{table}"
     reader = (
         session.read.schema(schema)
         # job and incident are columns of the files: no partition discovery of job=/incident=
