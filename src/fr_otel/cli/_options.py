@@ -31,3 +31,36 @@ def format_option(choices: list[str], help: str | None = None) -> Callable[[Any]
         show_default=True,
         help=help,
     )
+
+
+def engine_options(engine_help: str) -> Callable[[Any], Any]:
+    """``--engine`` (duckdb or spark) and ``--spark-master``, for the commands that run the
+    fleet views on either."""
+    engine = click.option(
+        "--engine",
+        type=click.Choice(["duckdb", "spark"]),
+        default="duckdb",
+        show_default=True,
+        help=engine_help,
+    )
+    master = click.option(
+        "--spark-master",
+        default="local[2]",
+        show_default=True,
+        metavar="URL",
+        help="With --engine spark: the cluster (spark://host:7077, yarn) or local[N].",
+    )
+    return lambda command: engine(master(command))
+
+
+def spark_engine() -> Any:
+    """``fr_otel.fleet.spark``, or ``MissingDependencyError`` saying how to install it."""
+    from fr_otel.errors import MissingDependencyError
+
+    try:
+        from fr_otel.fleet import spark
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"--engine spark needs pyspark: pip install 'fr-otel[spark]' ({exc})"
+        ) from None
+    return spark

@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fr_otel.cli._errors import EXIT_OK
-from fr_otel.cli._options import format_option
-from fr_otel.errors import ArchiveError, MissingDependencyError
+from fr_otel.cli._options import engine_options, format_option, spark_engine
+from fr_otel.errors import ArchiveError
 
 if TYPE_CHECKING:
     from fr_otel.fleet.views import Scope
 
 _DURATION = re.compile(r"^(\d+)\s*([mhdw])$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_RANKING = "p_bound, z DESC"  # the strongest evidence first (docs/fleet.md)
 
 
 def since_ns(text: str, now_ns: int | None = None) -> int:
@@ -61,19 +62,8 @@ def since_ns(text: str, now_ns: int | None = None) -> int:
     show_default=True,
     help="Hosts and findings to show.",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["duckdb", "spark"]),
-    default="duckdb",
-    show_default=True,
-    help="What runs the fleet views: DuckDB here, or Spark SQL (pip install 'fr-otel[spark]').",
-)
-@click.option(
-    "--spark-master",
-    default="local[2]",
-    show_default=True,
-    metavar="URL",
-    help="With --engine spark: the cluster (spark://host:7077, yarn) or local[N].",
+@engine_options(
+    "What runs the fleet views: DuckDB here, or Spark SQL (pip install 'fr-otel[spark]')."
 )
 @format_option(["text", "json"])
 def fleet(
@@ -90,10 +80,10 @@ def fleet(
     Every incident is analysed once (kept in ARCHIVE/_fleet, made again when its rank
     files change). A host's rate is the share of its incidents that named one of its
     ranks culprit or straggler; a bad node's rate stands above the rest of the fleet's
-    with one-sided 99.9% confidence (docs/fleet.md), over at least two incidents. The
-    views behind it (fleet_incidents, fleet_hosts, fleet_bad_nodes, fleet_latency) are
-    in fr-otel sql. With --engine spark, each incident's analysis still runs here on
-    DuckDB; only the views run on Spark, from the same SQL files.
+    with 99.9% confidence over the whole fleet (docs/fleet.md), over at least two
+    incidents. The views behind it (fleet_incidents, fleet_hosts, fleet_bad_nodes,
+    fleet_latency) are in fr-otel sql. With --engine spark, each incident's analysis still
+    runs here on DuckDB; only the views run on Spark, from the same SQL files.
     """
     from fr_otel.analysis.source import is_archive
 
@@ -128,13 +118,13 @@ def _gather(
             " first_ns, max(time_ns) AS last_ns FROM fleet_incidents"
         )
         [hosts] = rows("SELECT count(*) AS hosts FROM fleet_hosts")
-        ranking = rows(f"SELECT * FROM fleet_bad_nodes ORDER BY z DESC, host LIMIT {top}")
+        ranking = rows(f"SELECT * FROM fleet_bad_nodes ORDER BY {_RANKING}, host LIMIT {top}")
         findings = rows(
             "SELECT verdict, count(*) AS incidents, max(time_ns) AS last_ns,"
             " max(CONCAT(job, '/', incident)) AS example"
             f" FROM fleet_incidents GROUP BY verdict ORDER BY incidents DESC, verdict LIMIT {top}"
         )
-        bad = rows("SELECT host FROM fleet_bad_nodes WHERE bad_node ORDER BY z DESC, host")
+        bad = rows(f"SELECT host FROM fleet_bad_nodes WHERE bad_node ORDER BY {_RANKING}, host")
     return {
         "archive": str(archive),
         "job": job,
@@ -153,12 +143,7 @@ def _views(
 ) -> Iterator[Callable[[str], list[dict[str, Any]]]]:
     """A query's rows as dicts, on ``engine``, with the fleet views of ``archive``."""
     if engine == "spark":
-        try:
-            from fr_otel.fleet import spark
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"--engine spark needs pyspark: pip install 'fr-otel[spark]' ({exc})"
-            ) from None
+        spark = spark_engine()
         with spark.spark_session(master) as session:
             spark.register_fleet_views(session, archive, scope)
             yield lambda query: spark.rows(session, query)
@@ -184,6 +169,9 @@ def _day(ns: int | None) -> str:
 
 
 def _text(report: dict[str, Any]) -> str:
+    from fr_otel.fleet.views import BAD_NODE_ALPHA
+
+    sure = f"{(1 - BAD_NODE_ALPHA) * 100:g}%"
     scope = f" of job {report['job']}" if report["job"] else ""
     since = f" since {_day(report['since_ns'])}" if report["since_ns"] is not None else ""
     lines = [
@@ -193,12 +181,12 @@ def _text(report: dict[str, Any]) -> str:
     ]
     if report["bad_nodes"]:
         lines.append(
-            "BAD NODES (blamed above the fleet's rate, one-sided 99.9%): "
+            f"BAD NODES (blamed above the fleet's rate, {sure} over every host): "
             + ", ".join(report["bad_nodes"])
         )
     else:
-        lines.append("No bad node: no host is blamed above the fleet's rate with 99.9% confidence.")
-    lines += ["", "Hosts by how far their blamed rate stands above the rest of the fleet's:"]
+        lines.append(f"No bad node: none is blamed above the fleet's rate, {sure} over every host.")
+    lines += ["", "Hosts, the strongest evidence of a rate above the rest of the fleet's first:"]
     header = f"  {'host':<24} {'incidents':>9} {'culprit':>7} {'straggler':>9} {'rate':>6}"
     lines.append(f"{header} {'base':>6} {'z':>6} {'confidence':>10}")
     for r in report["ranking"]:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import click
 
 from fr_otel.cli._errors import EXIT_OK
-from fr_otel.cli._options import format_option
-from fr_otel.errors import ArchiveError, MissingDependencyError
+from fr_otel.cli._options import engine_options, format_option, spark_engine
+from fr_otel.errors import ArchiveError
 
 if TYPE_CHECKING:
     import duckdb
@@ -38,20 +38,7 @@ def _describe(connection: duckdb.DuckDBPyConnection) -> str:
 @click.argument("query", required=False)
 @format_option(["table", "csv", "json"])
 @click.option("--max-rows", type=int, default=100, show_default=True, help="table format only")
-@click.option(
-    "--engine",
-    type=click.Choice(["duckdb", "spark"]),
-    default="duckdb",
-    show_default=True,
-    help="spark: only the fleet views, on Spark SQL (pip install 'fr-otel[spark]').",
-)
-@click.option(
-    "--spark-master",
-    default="local[2]",
-    show_default=True,
-    metavar="URL",
-    help="With --engine spark: the cluster (spark://host:7077, yarn) or local[N].",
-)
+@engine_options("spark: only the fleet views, on Spark SQL (pip install 'fr-otel[spark]').")
 def sql(
     archive: Path, query: str | None, fmt: str, max_rows: int, engine: str, spark_master: str
 ) -> int:
@@ -128,12 +115,7 @@ def _run_spark(archive: Path, query: str | None, fmt: str, max_rows: int, master
     from fr_otel.fleet.facts import refresh
     from fr_otel.fleet.views import FLEET_VIEWS
 
-    try:
-        from fr_otel.fleet import spark
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"--engine spark needs pyspark: pip install 'fr-otel[spark]' ({exc})"
-        ) from None
+    spark = spark_engine()
     for job, incident, why in refresh(archive).failed:
         click.echo(f"fr-otel: {job}/{incident}: left out of the fleet views ({why})", err=True)
     with spark.spark_session(master) as session:
