@@ -33,7 +33,7 @@ def test_the_fleet_sections_examples_run(tmp_path: Path) -> None:
         assert done.returncode == 0, f"README example failed:\n{code}\n{done.stderr}"
         outputs.append(done.stdout)
     assert (
-        "BAD NODES (blamed above the fleet's rate, one-sided 99.9%): node002, node010"
+        "BAD NODES (blamed above the fleet's rate, 99.9% over every host): node002, node010"
         in (outputs[0])
     )
     report = json.loads((tmp_path / "fleet.json").read_text())

@@ -3,7 +3,8 @@ fleet facts (``fleet.facts``).
 
 Each file is one ``SELECT`` in SQL that DuckDB and Spark SQL both run (CASE, CAST,
 standard aggregates and window functions; no list functions, ``::`` casts, QUALIFY or
-macros), over two relations an engine provides: ``fleet_roles`` (one row per rank per
+macros), with ``{name}`` places that ``view_sql`` fills from ``VIEW_CONSTANTS``, over two
+relations an engine provides: ``fleet_roles`` (one row per rank per
 incident, ``facts.roles_schema``) and ``fleet_latency_rows`` (``facts.latency_schema``).
 A view may read the views before it in ``FLEET_VIEWS``. Here DuckDB makes them temporary
 views; an engine that reads the same Parquet does the same with the same text.
@@ -27,15 +28,21 @@ FLEET_VIEWS: dict[str, str] = {
     " ranks and hosts, straggler ranks, world size, time and day",
     "fleet_hosts": "one row per host: incidents it took part in, and how many of them named"
     " it culprit, straggler or waiting, with the latest evidence",
-    "fleet_bad_nodes": "every host scored against the rest of the fleet: rate of incidents"
-    " that blamed it, base rate, excess, z, confidence, bad_node (docs/fleet.md)",
+    "fleet_bad_nodes": "every host tested against the rest of the fleet: rate of incidents"
+    " that blamed it, base rate, excess, z, p_bound, confidence, bad_node (docs/fleet.md)",
     "fleet_latency": "completed collectives by day, op, group kind and size bucket: calls,"
     " mean_ms, max_ms",
 }
 """The fleet views, in the order they are made, with what ``fr-otel sql`` says of them."""
 
-BAD_NODE_Z = 3.090232
-"""The z a bad node reaches (written into ``fleet_bad_nodes.sql``): one-sided 99.9%."""
+BAD_NODE_ALPHA = 0.001
+"""The family-wise false-alarm rate of ``fleet_bad_nodes``' ``bad_node``: the most a fleet
+with no bad host may be named one, whatever its size (each host's bound is held to
+``BAD_NODE_ALPHA / hosts``). Lower is stricter; docs/fleet.md says what it trades."""
+
+VIEW_CONSTANTS: dict[str, float] = {"bad_node_alpha": BAD_NODE_ALPHA}
+"""What ``view_sql`` writes in place of each ``{name}`` of the view files: a constant
+rather than a bound parameter, since a view takes none on either engine."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,8 +54,9 @@ class Scope:
 
 
 def view_sql(name: str) -> str:
-    """The ``SELECT`` that defines fleet view ``name``."""
-    return resources.files("fr_otel.analysis").joinpath("sql", f"{name}.sql").read_text()
+    """The ``SELECT`` that defines fleet view ``name``, its constants written in."""
+    text = resources.files("fr_otel.analysis").joinpath("sql", f"{name}.sql").read_text()
+    return text.format(**VIEW_CONSTANTS)
 
 
 def source_sql(relation: str, table: str, scope: Scope) -> str:

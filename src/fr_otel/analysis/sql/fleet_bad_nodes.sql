@@ -1,13 +1,21 @@
--- fleet_bad_nodes: every host of fleet_hosts, scored against the rest of the fleet.
+-- fleet_bad_nodes: every host of fleet_hosts, tested against the rest of the fleet.
 -- Columns: host, incidents, blamed, culprit, straggler, rate (blamed / incidents),
 -- base_rate (the rest of the fleet's blamed share, Laplace-smoothed:
 -- (fleet blamed - blamed + 1) / (fleet incidents - incidents + 2)), excess (rate -
--- base_rate), z (the score statistic of a one-sided binomial test of rate > base_rate),
--- confidence (the normal distribution's CDF at z: how sure the test is that the host's
--- rate is above the rest's), bad_node (at least 2 incidents, 2 of them blamed, and
--- z >= 3.090232, a one-sided 99.9% confidence), evidence (fleet_hosts').
--- Order by z DESC for the ranking. docs/fleet.md says why this statistic.
--- Written for DuckDB and Spark SQL alike: window aggregates, CASE, SQRT, EXP, ABS.
+-- base_rate), z (the score statistic (blamed - incidents * base_rate) /
+-- SQRT(incidents * base_rate * (1 - base_rate)), for reading only: the normal
+-- approximation flatters small counts), p_bound (the Chernoff-Hoeffding bound
+-- EXP(-incidents * KL(rate || base_rate)) on the chance that a healthy host, blamed at
+-- base_rate, is blamed this often or more: never below the exact binomial tail, equal to
+-- it where every incident blamed the host; 1 where rate <= base_rate), confidence
+-- (1 - min(1, p_bound * hosts), hosts being fleet_hosts' rows: how sure the fleet-wide
+-- test is that the host is not a healthy one among hosts blamed this often by chance),
+-- bad_node (at least 2 incidents, 2 of them blamed, and p_bound <= alpha / hosts, the
+-- Bonferroni correction: a fleet of healthy hosts names any with probability at most
+-- alpha; alpha is fleet/views.py's BAD_NODE_ALPHA, which views.view_sql writes in),
+-- evidence (fleet_hosts').
+-- Order by p_bound, then z DESC, for the ranking. docs/fleet.md says why this statistic.
+-- Written for DuckDB and Spark SQL alike: window aggregates, CASE, CAST, SQRT, LN, EXP.
 WITH fleet AS (
     SELECT
         host,
@@ -17,7 +25,8 @@ WITH fleet AS (
         straggler,
         evidence,
         CAST(SUM(incidents) OVER () AS BIGINT) AS fleet_incidents,
-        CAST(SUM(blamed) OVER () AS BIGINT) AS fleet_blamed
+        CAST(SUM(blamed) OVER () AS BIGINT) AS fleet_blamed,
+        CAST(COUNT(*) OVER () AS BIGINT) AS hosts
     FROM fleet_hosts
 ),
 rated AS (
@@ -29,24 +38,28 @@ rated AS (
     FROM fleet
 ),
 scored AS (
+    -- incidents * KL(rate || base_rate), where rate > base_rate (so blamed > 0); the
+    -- unblamed incidents' term is 0 where there are none (0 * LN 0 = 0)
     SELECT
         *,
         (blamed - incidents * base_rate)
-            / SQRT(incidents * base_rate * (1.0 - base_rate)) AS z
+            / SQRT(incidents * base_rate * (1.0 - base_rate)) AS z,
+        CASE
+            WHEN rate > base_rate THEN
+                blamed * LN(rate / base_rate)
+                + (incidents - blamed) * LN(
+                    CASE
+                        WHEN blamed < incidents THEN (1.0 - rate) / (1.0 - base_rate)
+                        ELSE 1.0
+                    END
+                )
+        END AS divergence
     FROM rated
 ),
-tailed AS (
-    -- the normal distribution's upper tail at |z| (Zelen and Severo, error below 1e-7)
+bounded AS (
     SELECT
         *,
-        EXP(-0.5 * z * z) / 2.5066282746310002
-        * (
-            0.319381530 * (1.0 / (1.0 + 0.2316419 * ABS(z)))
-            - 0.356563782 * POWER(1.0 / (1.0 + 0.2316419 * ABS(z)), 2)
-            + 1.781477937 * POWER(1.0 / (1.0 + 0.2316419 * ABS(z)), 3)
-            - 1.821255978 * POWER(1.0 / (1.0 + 0.2316419 * ABS(z)), 4)
-            + 1.330274429 * POWER(1.0 / (1.0 + 0.2316419 * ABS(z)), 5)
-        ) AS tail
+        CASE WHEN rate > base_rate THEN EXP(-divergence) ELSE 1.0 END AS p_bound
     FROM scored
 )
 SELECT
@@ -59,7 +72,8 @@ SELECT
     base_rate,
     rate - base_rate AS excess,
     z,
-    CASE WHEN z >= 0 THEN 1.0 - tail ELSE tail END AS confidence,
-    incidents >= 2 AND blamed >= 2 AND z >= 3.090232 AS bad_node,
+    p_bound,
+    CASE WHEN p_bound * hosts < 1.0 THEN 1.0 - p_bound * hosts ELSE 0.0 END AS confidence,
+    incidents >= 2 AND blamed >= 2 AND p_bound <= CAST({bad_node_alpha} AS DOUBLE) / hosts AS bad_node,
     evidence
-FROM tailed
+FROM bounded
