@@ -154,7 +154,7 @@ def test_fleet_command_prints_the_same_report_on_spark(
     on_spark = json.loads(capsys.readouterr().out)
     assert duck["bad_nodes"] and on_spark["bad_nodes"] == duck["bad_nodes"]
     ranking, duck_ranking = on_spark.pop("ranking"), duck.pop("ranking")
-    assert [r["host"] for r in ranking] == [r["host"] for r in duck_ranking]  # z DESC, host
+    assert [r["host"] for r in ranking] == [r["host"] for r in duck_ranking]  # p_bound, z DESC
     _assert_same(duck_ranking, ranking)
     assert on_spark == duck
     assert spark.rows(session, "SELECT 1 AS one") == [{"one": 1}]  # still running
@@ -195,7 +195,8 @@ def test_the_readmes_spark_job_runs_on_a_running_session(
     out = capsys.readouterr().out
     [bad] = _duckdb_rows(archive, Scope(), "SELECT host FROM fleet_bad_nodes WHERE bad_node")
     lines = out.splitlines()
-    assert re.fullmatch(r"\|\s*host\|\s*incidents\|\s*blamed\|\s*z\|bad_node\|", lines[1]), out
+    header = r"\|\s*host\|\s*incidents\|\s*blamed\|\s*p_bound\|bad_node\|"
+    assert re.fullmatch(header, lines[1]), out
     assert re.fullmatch(rf"\|{bad['host']}\|.*\|\s*true\|", lines[3]), out  # first: the bad node
 
 
