@@ -53,14 +53,11 @@ LiveFinding: TypeAlias = "Verdict | StallSuspect"
 
 def trace_key(found: LiveFinding) -> bytes:
     """The key of the trace the ranks' spans of the finding's collective are in."""
-    return model.trace_key(
+    return model.collective_trace_key(
         job=found.job,
         pg_name=found.group,
         pg_ranks=found.group_ranks,
         collective_seq_id=found.seq,
-        is_p2p=False,
-        rank=0,
-        p2p_seq_id=None,
         run_id=found.run_id,
     )
 

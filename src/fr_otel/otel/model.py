@@ -223,6 +223,28 @@ def trace_key(
     )
 
 
+def collective_trace_key(
+    *,
+    job: str,
+    pg_name: str,
+    pg_ranks: list[int] | tuple[int, ...] | None,
+    collective_seq_id: int | None,
+    run_id: str | None = None,
+) -> bytes:
+    """``trace_key`` of a group's collective: the trace every member's span of it is in
+    (and a finding or a live verdict about it)."""
+    return trace_key(
+        job=job,
+        pg_name=pg_name,
+        pg_ranks=pg_ranks,
+        collective_seq_id=collective_seq_id,
+        is_p2p=False,
+        rank=0,
+        p2p_seq_id=None,
+        run_id=run_id,
+    )
+
+
 def group_key(
     *,
     job: str,

@@ -34,14 +34,11 @@ def finding_trace_key(job: str, finding: Finding, run_id: str | None) -> bytes:
             p2p_seq_id=left[1] if left is not None else None,
             run_id=run_id,
         )
-    return model.trace_key(
+    return model.collective_trace_key(
         job=job,
         pg_name=group.name,
         pg_ranks=group.ranks,
         collective_seq_id=finding.collective_seq_id,
-        is_p2p=False,
-        rank=0,
-        p2p_seq_id=None,
         run_id=run_id,
     )
 
