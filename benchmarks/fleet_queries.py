@@ -369,11 +369,12 @@ def _replicate(archive: Path, into: Path, copies: int, hosts: int) -> dict[str, 
             )
         roles = facts.facts_path(into, facts.ROLES, "year", "all").as_posix()
         [(rows, hosts_seen, incidents)] = connection.execute(
-            "SELECT count(*), count(DISTINCT host), count(DISTINCT incident) FROM read_parquet(?)",
+            "SELECT count(*), count(DISTINCT host), count(DISTINCT incident)"
+            " FROM read_parquet(?, hive_partitioning = false)",
             [roles],
         ).fetchall()
         [(latency,)] = connection.execute(
-            "SELECT count(*) FROM read_parquet(?)",
+            "SELECT count(*) FROM read_parquet(?, hive_partitioning = false)",
             [facts.facts_path(into, facts.LATENCY, "year", "all").as_posix()],
         ).fetchall()
     size = sum(path.stat().st_size for path in into.rglob(f"*{facts.SUFFIX}"))
