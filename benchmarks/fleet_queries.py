@@ -216,22 +216,25 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> tuple[bool, str]:
 
 
 def _ranking(view: dict[str, Any], bad: list[str]) -> tuple[bool, str]:
-    """Whether every planted bad host's z is above every healthy host's."""
+    """Whether every planted bad host comes before every healthy one in the ranking's
+    order (``p_bound``, then ``z`` descending: docs/fleet.md)."""
     columns = view["columns"]
     hosts = [dict(zip(columns, row, strict=True)) for row in view["rows"]]
-    z_bad = [h["z"] for h in hosts if h["host"] in bad]
-    z_good = [h["z"] for h in hosts if h["host"] not in bad]
+    hosts.sort(key=lambda h: (h["p_bound"], -h["z"], h["host"]))
+    places = [i for i, h in enumerate(hosts) if h["host"] in bad]
+    met = len(places) == len(bad) and places == list(range(len(bad)))
+    last_bad = hosts[places[-1]] if places else None
+    first_good = next((h for h in hosts if h["host"] not in bad), None)
     flagged = sorted(h["host"] for h in hosts if h["bad_node"])
-    lowest_bad = min((z for z in z_bad if z is not None), default=None)
-    highest_good = max((z for z in z_good if z is not None), default=None)
-    met = (
-        len(z_bad) == len(bad)
-        and None not in z_bad
-        and (highest_good is None or (lowest_bad is not None and lowest_bad > highest_good))
-    )
+
+    def shown(host: dict[str, Any] | None) -> str:
+        if host is None:
+            return "-"
+        return f"{host['host']} (p_bound {host['p_bound']:.3g}, z {_z(host['z'])})"
+
     return met, (
-        f"planted {len(bad)} ({', '.join(bad)}); lowest bad z {_z(lowest_bad)}, highest"
-        f" healthy z {_z(highest_good)}; flagged bad_node: {', '.join(flagged) or 'none'}"
+        f"planted {len(bad)} ({', '.join(bad)}); last bad host {shown(last_bad)}, first"
+        f" healthy {shown(first_good)}; flagged bad_node: {', '.join(flagged) or 'none'}"
     )
 
 
