@@ -27,8 +27,11 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    # closed after this package's tests: Playwright's sync API holds an event loop
+    # running on the main thread while it is open, and every later test that runs one of
+    # its own (asyncio.run, anyio.run: the MCP server's) would find it there and fail
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
