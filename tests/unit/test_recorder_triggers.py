@@ -164,6 +164,57 @@ def test_overdue_running_records_declare_one_timeout_each(
     assert incidents.reasons == ["timeout", "timeout"] and watch.timeouts_seen == {1, 4}
 
 
+class _Polls:
+    """``running`` for a watch that counts its polls, and whether each found the rank
+    steady (what ``steady`` answers)."""
+
+    def __init__(self, *, steady: bool, steady_from_second: bool = False) -> None:
+        self.steady = steady
+        self._steady_from_second = steady_from_second
+        self.at: list[float] = []
+        self.inflight: list[tuple[int, int, int]] = []
+
+    def running(self) -> list[tuple[int, int, int]]:
+        self.at.append(time.monotonic())
+        if self._steady_from_second:
+            self.steady = True
+        return list(self.inflight)
+
+    def is_steady(self) -> bool:
+        return self.steady
+
+
+def test_a_steady_rank_is_polled_at_the_steady_pace_a_quiet_one_at_the_fast_one(
+    monkeypatch: pytest.MonkeyPatch, start_watch: Callable[..., Watch]
+) -> None:
+    monkeypatch.setattr(triggers, "POLL_S", 0.02)
+    monkeypatch.setattr(triggers, "STEADY_POLL_S", 0.5)
+    polls = _Polls(steady=True)
+    start_watch(running=polls.running, steady=polls.is_steady, on_incident=_Incidents())
+    time.sleep(1.2)
+    steady = len(polls.at)
+    assert 1 <= steady <= 4  # every 0.5 s, not every 0.02 s
+    polls.steady = False  # its collectives stopped: a hang's checks are due
+    _wait_until(lambda: len(polls.at) >= steady + 20, timeout_s=3.0)
+
+
+def test_an_op_nearing_its_timeout_wakes_a_steady_watch_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch, start_watch: Callable[..., Watch]
+) -> None:
+    monkeypatch.setattr(triggers, "POLL_S", 0.02)
+    monkeypatch.setattr(triggers, "STEADY_POLL_S", LONG_POLL_S)
+    # the first poll finds the op; from then on the rank is steady: the next poll would
+    # come after LONG_POLL_S
+    polls = _Polls(steady=False, steady_from_second=True)
+    polls.inflight = [(1, time.time_ns(), 300_000_000)]  # past its timeout in 0.3 s
+    incidents = _Incidents()
+    start_watch(running=polls.running, steady=polls.is_steady, on_incident=incidents)
+    began = time.monotonic()
+    assert incidents.wait_for(1, deadline_s=LONG_POLL_S / 2) == ["timeout"]
+    assert time.monotonic() - began < LONG_POLL_S / 4  # at the deadline, not the next poll
+    assert len(polls.at) == 2  # the first, and the one at the deadline
+
+
 def test_dump_file_appearing_or_changing_declares_torch_dump(
     tmp_path: Path, fast_poll: None, start_watch: Callable[..., Watch]
 ) -> None:

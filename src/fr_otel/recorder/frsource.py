@@ -240,6 +240,10 @@ class FrMirror:
         self._prune()
         return False
 
+    def issued(self) -> int:
+        """Collectives the groups have issued so far, all groups together."""
+        return sum(self._counters().values())
+
     def _counters(self) -> dict[str, int]:
         """Group name -> its collectives so far, in FR's numbering (the hooks' counter
         where they know the group: gloo's own counts sends and receives too)."""

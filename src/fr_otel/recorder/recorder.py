@@ -93,6 +93,8 @@ class Recorder:
         in the store before ``declare`` gets to flush)."""
         self._incident_counter: Any = None
         self._timeouts_declared: set[int] = set()
+        self._issued_at_poll = -1
+        """Collectives issued as of the watch's last poll (``_steady``)."""
         """Records of the watch's timeouts already declared (``_watched``)."""
         from fr_otel.recorder.capture import Capture
 
@@ -182,6 +184,7 @@ class Recorder:
             tick=self._mirror_tick if self._mirror is not None else None,
             on_terminate=self._end_by_signal,
             on_stack_request=lambda: self._write_stack(base),
+            steady=self._steady,
         )
         self._watch.start()
         _chain_exception_hooks(self)
@@ -189,6 +192,22 @@ class Recorder:
         atexit.register(self.close)
         # pay for the flush path's imports now, not during an incident
         threading.Thread(target=_preload, name="fr_otel-preload", daemon=True).start()
+
+    def _steady(self) -> bool:
+        """Whether the watch may wait ``STEADY_POLL_S`` for its next poll: in incident
+        mode, while the rank has issued collectives since the last poll (torch's counters
+        where its FR is mirrored, as DDP's and functional collectives pass no hook; else
+        the hooks' ring)."""
+        if self.settings.mode == "continuous":
+            return False
+        mirror, writer = self._mirror, self.ring
+        issued: int = 0
+        if mirror is not None:
+            issued = mirror.issued()
+        elif writer is not None:
+            issued = writer.next_record
+        moved, self._issued_at_poll = issued != self._issued_at_poll, issued
+        return moved
 
     def _write_stack(self, base: Path) -> None:
         """The live check asked where the training thread is (``stack_request``)."""

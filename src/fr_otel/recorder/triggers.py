@@ -39,6 +39,14 @@ from fr_otel.recorder.stack_request import is_stack_request
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.25
+"""Seconds between the watch's polls while the rank is quiet (its collectives stopped: a
+hang's timeouts, torch's dump and the live check's reads come then) and in continuous
+mode (its reads follow torch's buffer as it fills)."""
+STEADY_POLL_S = 1.0
+"""Seconds between polls while the rank keeps issuing collectives in incident mode: none
+of those checks is due sooner (an op near its timeout wakes the watch at its deadline),
+and a poll's cost is the same whether it finds anything, so a tight loop of small
+collectives paid for four a second out of its own share of the cores."""
 
 LIVE_CHECK_REQUEST: Final = b"live\n"
 """What the live check writes into a rank's trigger FIFO to declare the incident of its
@@ -203,8 +211,14 @@ class Watch(threading.Thread):
         tick: Callable[[], str | None] | None = None,
         on_terminate: Callable[[int], Any] | None = None,
         on_stack_request: Callable[[], Any] | None = None,
+        steady: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(name="fr_otel-watch", daemon=True)
+        self._steady = steady
+        """Whether the next poll may wait ``STEADY_POLL_S`` (asked once a poll); without
+        it, every poll waits ``POLL_S``."""
+        self._soonest_ns: int | None = None
+        """When the running op nearest its timeout passes it (wall ns), as of the last poll."""
         self._on_stack_request = on_stack_request
         self._tick = tick
         self._on_terminate = on_terminate
@@ -240,10 +254,11 @@ class Watch(threading.Thread):
         ]
         while not self._halt.is_set():
             try:
+                wait = self._wait_s()
                 if waits:
-                    select.select(waits, [], [], POLL_S)
+                    select.select(waits, [], [], wait)
                 else:
-                    self._halt.wait(POLL_S)
+                    self._halt.wait(wait)
                 if self._halt.is_set():
                     break
                 reason = self._check()
@@ -258,6 +273,14 @@ class Watch(threading.Thread):
                 self._halt.wait(POLL_S)
         if self._fifo is not None:
             self._fifo.close()
+
+    def _wait_s(self) -> float:
+        """Until the next poll: ``STEADY_POLL_S`` while the rank is steady, else ``POLL_S``;
+        no later than a running op's timeout."""
+        wait = STEADY_POLL_S if self._steady is not None and self._steady() else POLL_S
+        if self._soonest_ns is not None:
+            wait = min(wait, max((self._soonest_ns - time.time_ns()) / 1e9, 0.0) + 0.01)
+        return wait
 
     def _check(self) -> str | None:
         fired = self._signal.fired() if self._signal is not None else set()
@@ -277,10 +300,17 @@ class Watch(threading.Thread):
             if self._on_stack_request is not None:
                 self._on_stack_request()  # the live check asks where the rank is
         now = time.time_ns()
+        soonest = None
         for record, started, timeout_ns in self._running():
-            if timeout_ns and now - started > timeout_ns and record not in self.timeouts_seen:
+            if not timeout_ns or record in self.timeouts_seen:
+                continue
+            if now - started > timeout_ns:
                 self.timeouts_seen.add(record)
+                self._soonest_ns = None
                 return "timeout"
+            if soonest is None or started + timeout_ns < soonest:
+                soonest = started + timeout_ns
+        self._soonest_ns = soonest
         if self._dump_file is not None:
             # torch truncates, then writes for a while: one incident per dump, once the
             # file has stopped changing for a poll
