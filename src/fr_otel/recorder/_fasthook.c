@@ -307,13 +307,47 @@ static int known_group(FastHook *self, PyObject *group, Py_ssize_t *index, int *
     return 1;
 }
 
+/* The getters behind the tensor type's ``shape`` and ``dtype``, called directly: the
+ * generic attribute lookup around them cost about as much as they do, on every call. Both
+ * are getset descriptors of torch's C base class, data descriptors that an instance
+ * cannot shadow; looked up again whenever the type changes (its version tag). */
+typedef struct {
+    PyTypeObject *type; /* borrowed: the hooks hold it */
+    unsigned int version;
+    PyGetSetDef *shape, *dtype; /* NULL: not plain getset descriptors (PyObject_GetAttr) */
+} TensorGetters;
+
+static TensorGetters tensor_getters;
+
+static PyGetSetDef *getset_of(PyTypeObject *type, PyObject *name) {
+    PyObject *found = _PyType_Lookup(type, name); /* borrowed */
+    if (found == NULL || !Py_IS_TYPE(found, &PyGetSetDescr_Type)) return NULL;
+    PyGetSetDescrObject *descr = (PyGetSetDescrObject *)found;
+    if (descr->d_getset->get == NULL || !PyType_IsSubtype(type, PyDescr_TYPE(descr)))
+        return NULL;
+    return descr->d_getset;
+}
+
+static PyObject *get_field(PyObject *value, PyGetSetDef *getset, PyObject *name) {
+    return getset != NULL ? getset->get(value, getset->closure) : PyObject_GetAttr(value, name);
+}
+
 /* shape and dtype (new references) of an exact torch.Tensor: 1, or 0 (no error set). */
 static int tensor_fields(FastHook *self, PyObject *value, PyObject **shape, PyObject **dtype) {
     *shape = *dtype = NULL;
     if (value == NULL || (PyObject *)Py_TYPE(value) != self->tensor_type) return 0;
-    *shape = PyObject_GetAttr(value, str_shape);
+    PyTypeObject *type = Py_TYPE(value);
+    if (tensor_getters.type != type || tensor_getters.version != type->tp_version_tag ||
+        !PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        tensor_getters.type = type;
+        tensor_getters.shape = getset_of(type, str_shape);
+        tensor_getters.dtype = getset_of(type, str_dtype);
+        /* the lookups give the type a valid tag; without one, looked up on every call */
+        tensor_getters.version = type->tp_version_tag;
+    }
+    *shape = get_field(value, tensor_getters.shape, str_shape);
     if (*shape == NULL) return 0;
-    *dtype = PyObject_GetAttr(value, str_dtype);
+    *dtype = get_field(value, tensor_getters.dtype, str_dtype);
     if (*dtype == NULL) {
         Py_CLEAR(*shape);
         return 0;
