@@ -136,6 +136,7 @@ class LiveCheck:
         self._next_confirm = 0.0
         self._said: set[str] = set()
         self._folder_stamp: int | None = None
+        self._folder: str | None = None
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fr-otel-live", daemon=True)
         self.verdict: Verdict | None = None
@@ -261,9 +262,12 @@ class LiveCheck:
         when it changed (its mtime), or every ``RESCAN_LOOKS`` looks where mtimes are
         coarse: listing and sorting a large host's rings on every look would cost far
         more than the look itself."""
-        folder = run_ring_dir(self.settings.rings, self.settings.job, self.settings.run_id)
+        if self._folder is None:  # a Path made on every look cost a tenth of a look
+            self._folder = str(
+                run_ring_dir(self.settings.rings, self.settings.job, self.settings.run_id)
+            )
         try:
-            stamp: int | None = os.stat(folder).st_mtime_ns
+            stamp: int | None = os.stat(self._folder).st_mtime_ns
         except OSError:
             stamp = None
         if stamp == self._folder_stamp and self.looks % RESCAN_LOOKS:
