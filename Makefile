@@ -30,8 +30,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy src
 
+# --durations: the slowest tests, in every CI log (the whole run must stay within its limit)
 unit: $(STAMP) chromium e2e-tools alerting-tools java
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 # The browser tests open the HTML report in Debian's chromium (no browser download:
 # Playwright drives the system one). Installed here when missing and apt can.
