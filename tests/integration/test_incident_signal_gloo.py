@@ -14,6 +14,7 @@ gloo job under ``fr-otel run`` whose rank 2 skips an all_reduce.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 from fr_otel.analysis import analyze
 from fr_otel.cli import main
 from fr_otel.otel import model
-from tests.jobs import fr_otel_run, torchrun
+from tests.jobs import fr_otel_run, one_rank_child, torchrun
 from tests.otlp_receiver import OtlpReceiver, _any_value
 
 pytestmark = pytest.mark.gloo
@@ -227,18 +228,9 @@ def test_a_snapshot_a_person_asked_for_is_no_alert_and_the_live_check_s_incident
     """An operator's snapshot (the FIFO, the signal) is archived and its spans sent, but
     it sends no incident log record and no count: an alert for it would be a false alarm.
     The incident the live check declares for its verdict is signalled."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from fr_otel.demo.recorded_job import free_port
-
     with OtlpReceiver(protocol="http") as receiver:
-        environ = dict(
-            os.environ,
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(free_port()),
+        done = one_rank_child(
+            _ASKED,
             RANK="0",
             WORLD_SIZE="1",
             FR_OTEL_ARCHIVE=str(tmp_path / "archive"),
@@ -246,10 +238,6 @@ def test_a_snapshot_a_person_asked_for_is_no_alert_and_the_live_check_s_incident
             OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver.port}",
             OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
         )
-        done = subprocess.run(
-            [sys.executable, "-c", _ASKED], env=environ, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
         operator, signal, live = done.stdout.split()
         assert operator.endswith("-operator") and signal.endswith("-signal"), done.stdout
         assert live.endswith("-live_check"), done.stdout

@@ -3,13 +3,12 @@ costs the recording, not the job. Real one-rank gloo jobs in subprocesses."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import json
 import textwrap
 from pathlib import Path
 
 from fr_otel.demo.recorded_job import free_port
+from tests.jobs import one_rank_child
 
 _JOB = textwrap.dedent(
     """
@@ -33,21 +32,9 @@ _JOB = textwrap.dedent(
 
 
 def _run(tmp_path: Path, **env: str) -> dict[str, object]:
-    import json
-
-    environ = dict(
-        os.environ,
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-        RANK="0",
-        WORLD_SIZE="1",
-        FR_OTEL_ARCHIVE=str(tmp_path / "archive"),
-        **env,
+    done = one_rank_child(
+        _JOB, RANK="0", WORLD_SIZE="1", FR_OTEL_ARCHIVE=str(tmp_path / "archive"), **env
     )
-    done = subprocess.run(
-        [sys.executable, "-c", _JOB], env=environ, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     result["stderr"] = done.stderr
     return result
