@@ -32,13 +32,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, SeverityNumber
-from opentelemetry.proto.metrics.v1.metrics_pb2 import (
-    AggregationTemporality,
-    Gauge,
-    Metric,
-    NumberDataPoint,
-    Sum,
-)
+from opentelemetry.proto.metrics.v1.metrics_pb2 import Gauge, Metric, NumberDataPoint
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
@@ -47,6 +41,7 @@ from fr_otel.live.suspect import StallSuspect
 from fr_otel.live.verdict import Verdict
 from fr_otel.otel import model
 from fr_otel.otel.encode import key_value
+from fr_otel.otel.metric import cumulative_count
 
 LiveFinding: TypeAlias = "Verdict | StallSuspect"
 
@@ -204,22 +199,15 @@ def blind_metrics(
             ]
         ),
     )
-    # cumulative from the check's start: a Collector that missed a request still counts
-    episodes_sum = Metric(
+    episodes_sum = cumulative_count(
         name=model.LIVE_BLIND_EPISODES_METRIC,
         description="Times ranks of this host became unreadable to the live check",
         unit="{episode}",
-        sum=Sum(
-            aggregation_temporality=AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE,
-            is_monotonic=True,
-            data_points=[
-                NumberDataPoint(
-                    start_time_unix_nano=since_ns,
-                    time_unix_nano=now_ns,
-                    as_int=episodes,
-                    attributes=[a for a in points if a.key != model.LIVE_RANKS],
-                )
-            ],
+        point=NumberDataPoint(
+            start_time_unix_nano=since_ns,
+            time_unix_nano=now_ns,
+            as_int=episodes,
+            attributes=[a for a in points if a.key != model.LIVE_RANKS],
         ),
     )
     request = ExportMetricsServiceRequest()

@@ -50,17 +50,13 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, SeverityNumber
-from opentelemetry.proto.metrics.v1.metrics_pb2 import (
-    AggregationTemporality,
-    Metric,
-    NumberDataPoint,
-    Sum,
-)
+from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from fr_otel import __version__
 from fr_otel.otel import model
 from fr_otel.otel.encode import key_value
+from fr_otel.otel.metric import cumulative_count
 from fr_otel.otel.rankranges import to_ranges
 from fr_otel.stacks import is_library_frame
 
@@ -305,15 +301,11 @@ class IncidentCounter:
             as_int=value,
             attributes=attributes,
         )
-        metric = Metric(
+        metric = cumulative_count(
             name=model.INCIDENTS_METRIC,
             description="Incidents the recorder declared or an analysis found, by job and kind",
             unit="{incident}",
-            sum=Sum(
-                aggregation_temporality=AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE,
-                is_monotonic=True,
-                data_points=[point],
-            ),
+            point=point,
         )
         request = ExportMetricsServiceRequest()
         resource_metrics = request.resource_metrics.add(resource=_resource(event))
