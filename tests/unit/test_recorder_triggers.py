@@ -500,3 +500,42 @@ def test_the_live_check_s_bytes_declare_a_live_check_incident(
     assert incidents.wait_for(1) == ["live_check"]
     _poke(fifo, b"live check\n")
     assert incidents.wait_for(2) == ["live_check", "operator"]
+
+
+def test_writes_read_together_keep_what_each_asked(
+    tmp_path: Path, start_watch: Callable[..., Watch]
+) -> None:
+    """The watch reads what was written since its last read at once: the live check's
+    request twice, or beside a stack request, is still the live check's (it was read as an
+    operator's snapshot, which sends no incident signal)."""
+    fifo = tmp_path / "rank-000000.trigger"
+    base = tmp_path / "rank-000000"
+    incidents = _Incidents()
+    start_watch(fifo=fifo, on_incident=incidents, on_stack_request=lambda: write_stack(base, 0))
+    _poke(fifo, triggers.LIVE_CHECK_REQUEST * 2)
+    assert incidents.wait_for(1) == ["live_check"]
+    asked_ns = time.time_ns()
+    _poke(fifo, STACK_REQUEST + triggers.LIVE_CHECK_REQUEST)
+    assert incidents.wait_for(2) == ["live_check", "live_check"]
+    _wait_until(lambda: read_stack(base, asked_ns) is not None)
+    _poke(fifo, b"\n" + STACK_REQUEST)  # an operator's echo beside a stack request
+    assert incidents.wait_for(3) == ["live_check", "live_check", "operator"]
+
+
+@pytest.mark.parametrize(
+    ("written", "asked"),
+    [
+        (b"live\n", ("live_check", False)),
+        (b"live\nlive\n", ("live_check", False)),
+        (b"\x05live\n", ("live_check", True)),
+        (b"\x05", (None, True)),
+        (b"\x05\x05", (None, True)),
+        (b"\n", ("operator", False)),
+        (b"snapshot please\n\x05", ("operator", True)),
+        (b"live", ("operator", False)),  # not the live check's whole request
+    ],
+)
+def test_fifo_request_reads_every_request_in_one_read(
+    written: bytes, asked: tuple[str | None, bool]
+) -> None:
+    assert triggers.fifo_request(written) == asked

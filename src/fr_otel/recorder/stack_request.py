@@ -44,11 +44,6 @@ def stack_path(base: Path) -> Path:
     return base.with_suffix(STACK_SUFFIX)
 
 
-def is_stack_request(data: bytes) -> bool:
-    """Whether bytes read from the trigger FIFO ask for the stack alone."""
-    return bool(data) and not data.strip(STACK_REQUEST)
-
-
 @dataclass(frozen=True, kw_only=True)
 class RankStack:
     """A rank's training thread, where it was when the rank answered."""

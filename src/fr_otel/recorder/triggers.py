@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
-from fr_otel.recorder.stack_request import is_stack_request
+from fr_otel.recorder.stack_request import STACK_REQUEST
 
 logger = logging.getLogger(__name__)
 
@@ -293,12 +293,11 @@ class Watch(threading.Thread):
         # may be that one, never an operator's (a healthy run got an operator incident)
         written = self._fifo.read() if self._fifo is not None else b""
         if written and not self._halt.is_set():
-            if written == LIVE_CHECK_REQUEST:
-                return "live_check"  # its verdict's incident
-            if not is_stack_request(written):
-                return "operator"
-            if self._on_stack_request is not None:
+            reason, stack = fifo_request(written)
+            if stack and self._on_stack_request is not None:
                 self._on_stack_request()  # the live check asks where the rank is
+            if reason is not None:
+                return reason
         now = time.time_ns()
         soonest = None
         for record, started, timeout_ns in self._running():
@@ -323,6 +322,20 @@ class Watch(threading.Thread):
         if self._tick is not None:
             return self._tick()
         return None
+
+
+def fifo_request(written: bytes) -> tuple[str | None, bool]:
+    """What one read of the trigger FIFO asks: the incident's trigger (``live_check``
+    where the live check's bytes are among them, its verdict's incident; ``operator`` for
+    any other bytes; None) and whether the stack is asked for. Writes that came before
+    the read are read together: a stack request beside the live check's, or the live
+    check's twice, is not an operator's."""
+    stack = STACK_REQUEST in written
+    rest = written.replace(STACK_REQUEST, b"")
+    without_live = rest.replace(LIVE_CHECK_REQUEST, b"")
+    if without_live != rest:
+        return "live_check", stack
+    return ("operator" if rest else None), stack
 
 
 def _mtime(path: Path | None) -> int | None:
