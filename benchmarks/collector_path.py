@@ -240,32 +240,19 @@ class Stack:
         agents_route: bool = False,
     ) -> None:
         self.jaeger = stack.jaeger(workdir / "jaeger")
-        hosts = [f"127.0.1.{g}" for g in range(1, gateways + 1)]
-        routed = [f"{host}:{stack.free_port(host)}" for host in hosts]
-        self.gateways: list[stack.Collector] = []
-        for g, host in enumerate(hosts):
-            gateway = stack.collector(
-                f"gateway{g + 1}",
-                ["gateway.yaml", "gateway.static.yaml"],
-                workdir / f"gateway{g + 1}",
-                host=host,
-                env={
-                    "FR_OTEL_ROUTED_LISTEN": routed[g],
-                    "FR_OTEL_GATEWAY_HOSTS": "[" + ", ".join(routed) + "]",
-                    "JAEGER_OTLP_ENDPOINT": self.jaeger.otlp_grpc,
-                    "TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{stack.free_port()}",
-                    # as gateway.yaml's comments ask for in production
-                    "GOMEMLIMIT": "12800MiB",
-                    "GOGC": "400",
-                },
-            )
-            gateway.ready.append(routed[g])
+        self.gateways = stack.static_gateways(
+            [f"127.0.1.{g}" for g in range(1, gateways + 1)],
+            workdir,
+            self.jaeger,
+            # as gateway.yaml's comments ask for in production
+            env={"GOMEMLIMIT": "12800MiB", "GOGC": "400"},
+        )
+        for gateway in self.gateways:
             if not tempo_stand_in:  # see the module's docstring
                 gateway.argv.append(
                     "--set=service::pipelines::traces/view::exporters="
                     "[otlp_grpc/jaeger,span_metrics]"
                 )
-            self.gateways.append(gateway)
         self.agents = [
             stack.collector(
                 f"agent{g + 1}",
@@ -279,6 +266,7 @@ class Stack:
         ]
         if agents_route:  # see --agents-route
             overlay = workdir / "agent.route.yaml"
+            routed = [g.env["FR_OTEL_ROUTED_LISTEN"] for g in self.gateways]
             overlay.write_text(yaml.safe_dump(_agent_route_overlay(routed)))
             for agent in self.agents:
                 agent.argv.append(f"--config={overlay}")

@@ -255,6 +255,33 @@ def collector(
     )
 
 
+def static_gateways(
+    hosts: Sequence[str], workdir: Path, jaeger: Jaeger, env: dict[str, str] | None = None
+) -> list[Collector]:
+    """Gateways of gateway.yaml and gateway.static.yaml, one per host, each listening for
+    the others' routed traces and knowing them all as its peers, exporting to ``jaeger``
+    (the Tempo exporter to a port nobody listens on). Not started."""
+    routed = [f"{host}:{free_port(host)}" for host in hosts]
+    gateways = []
+    for number, host in enumerate(hosts, start=1):
+        gateway = collector(
+            f"gateway{number}",
+            ["gateway.yaml", "gateway.static.yaml"],
+            workdir / f"gateway{number}",
+            host=host,
+            env={
+                "FR_OTEL_ROUTED_LISTEN": routed[number - 1],
+                "FR_OTEL_GATEWAY_HOSTS": "[" + ", ".join(routed) + "]",
+                "JAEGER_OTLP_ENDPOINT": jaeger.otlp_grpc,
+                "TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{free_port()}",
+                **(env or {}),
+            },
+        )
+        gateway.ready.append(routed[number - 1])
+        gateways.append(gateway)
+    return gateways
+
+
 @dataclass
 class Jaeger(Service):
     """``jaeger`` (v2, in-memory storage) with tools/jaeger/jaeger.yaml."""

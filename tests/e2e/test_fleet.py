@@ -32,7 +32,7 @@ from fr_otel.archive import import_dumps
 from fr_otel.cli import main
 from tests.e2e import stack
 from tests.e2e.spans import archive_spans, file_archive_spans, jaeger_spans, wait_for_jaeger
-from tests.e2e.stack import free_port, running, wait_until
+from tests.e2e.stack import running, wait_until
 
 JOB = "fleet"
 INCIDENT = "e2e-fleet"
@@ -73,26 +73,9 @@ def test_two_gateways_keep_every_trace_whole_and_lose_nothing_when_one_is_killed
     traces = {span.trace_id for span in expected.values()}
 
     jaeger = stack.jaeger(tmp_path)
-    hosts = {1: "127.0.0.2", 2: "127.0.0.3"}
-    routed = {g: f"{host}:{free_port(host)}" for g, host in hosts.items()}
-    peers = "[" + ", ".join(routed[g] for g in sorted(routed)) + "]"
-    gateways = {
-        g: stack.collector(
-            f"gateway{g}",
-            ["gateway.yaml", "gateway.static.yaml"],
-            tmp_path / f"gateway{g}",
-            host=host,
-            env={
-                "FR_OTEL_ROUTED_LISTEN": routed[g],
-                "FR_OTEL_GATEWAY_HOSTS": peers,
-                "JAEGER_OTLP_ENDPOINT": jaeger.otlp_grpc,
-                "TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{free_port()}",  # no Tempo: see above
-            },
-        )
-        for g, host in hosts.items()
-    }
-    for g, gateway in gateways.items():
-        gateway.ready.append(routed[g])
+    # no Tempo: see above
+    gateway_list = stack.static_gateways(["127.0.0.2", "127.0.0.3"], tmp_path, jaeger)
+    gateways = dict(enumerate(gateway_list, start=1))
     agents = {
         n: stack.collector(
             f"agent{n}",
