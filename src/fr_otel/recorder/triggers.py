@@ -335,7 +335,9 @@ def fifo_request(written: bytes) -> tuple[str | None, bool]:
     without_live = rest.replace(LIVE_CHECK_REQUEST, b"")
     if without_live != rest:
         return "live_check", stack
-    return ("operator" if rest else None), stack
+    if rest:
+        return "operator", stack
+    return None, stack
 
 
 def _mtime(path: Path | None) -> int | None:
