@@ -244,6 +244,12 @@ class FrMirror:
         """Collectives the groups have issued so far, all groups together."""
         return sum(self._counters().values())
 
+    def learning(self) -> bool:
+        """Does a hooked signature still wait for its torch op (``TorchOps``)? Until it
+        has it, this rank's rows name the function called where its peers' may already
+        name torch's op, which an analysis of the rings reads as different ops."""
+        return self._torch_ops.waiting()
+
     def _counters(self) -> dict[str, int]:
         """Group name -> its collectives so far, in FR's numbering (the hooks' counter
         where they know the group: gloo's own counts sends and receives too)."""

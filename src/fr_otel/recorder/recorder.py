@@ -197,13 +197,20 @@ class Recorder:
         """Whether the watch may wait ``STEADY_POLL_S`` for its next poll: in incident
         mode, while the rank has issued collectives since the last poll (torch's counters
         where its FR is mirrored, as DDP's and functional collectives pass no hook; else
-        the hooks' ring)."""
+        the hooks' ring), and no hooked signature waits for its torch op."""
         if self.settings.mode == "continuous":
             return False
         mirror, writer = self._mirror, self.ring
         issued: int = 0
         if mirror is not None:
-            issued = mirror.issued()
+            if not self._mirror_lock.acquire(blocking=False):
+                return False  # a flush is reading torch's FR
+            try:
+                if mirror.learning():  # its next read is due soon: as every rank's is
+                    return False
+                issued = mirror.issued()
+            finally:
+                self._mirror_lock.release()
         elif writer is not None:
             issued = writer.next_record
         moved, self._issued_at_poll = issued != self._issued_at_poll, issued
