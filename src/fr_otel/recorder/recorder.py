@@ -93,9 +93,9 @@ class Recorder:
         in the store before ``declare`` gets to flush)."""
         self._incident_counter: Any = None
         self._timeouts_declared: set[int] = set()
+        """Records of the watch's timeouts already declared (``_watched``)."""
         self._issued_at_poll = -1
         """Collectives issued as of the watch's last poll (``_steady``)."""
-        """Records of the watch's timeouts already declared (``_watched``)."""
         from fr_otel.recorder.capture import Capture
 
         self.capture = Capture(self, settings.stack_depth)
