@@ -136,7 +136,8 @@ class LiveCheck:
         self._next_confirm = 0.0
         self._said: set[str] = set()
         self._folder_stamp: int | None = None
-        self._folder: str | None = None
+        # once: a Path made on every look cost a tenth of a look
+        self._folder = str(run_ring_dir(settings.rings, settings.job, settings.run_id))
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fr-otel-live", daemon=True)
         self.verdict: Verdict | None = None
@@ -262,10 +263,6 @@ class LiveCheck:
         when it changed (its mtime), or every ``RESCAN_LOOKS`` looks where mtimes are
         coarse: listing and sorting a large host's rings on every look would cost far
         more than the look itself."""
-        if self._folder is None:  # a Path made on every look cost a tenth of a look
-            self._folder = str(
-                run_ring_dir(self.settings.rings, self.settings.job, self.settings.run_id)
-            )
         try:
             stamp: int | None = os.stat(self._folder).st_mtime_ns
         except OSError:
