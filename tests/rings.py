@@ -21,10 +21,14 @@ def write_ring(
     capacity: int = 8,
     run_id: str | None = None,
     close: bool = True,
+    api: str | None = None,
+    torch_op: str | None = None,
 ) -> RingWriter:
     """One all_reduce of 8 floats in the default group per sequence number, completed
     (the last one still running with ``running_last``), then the ring closed: unlocked,
-    as a rank that died leaves it (``close=False``: held, as by a rank still running)."""
+    as a rank that died leaves it (``close=False``: held, as by a rank still running).
+    ``api``: the function the hooks saw called instead (it is the op until torch's name
+    for it, ``torch_op``, is learned)."""
     ranks = tuple(range(world))
     writer = RingWriter(
         base, capacity=capacity, rank=rank, world=world, job=job, backend="gloo", run_id=run_id
@@ -34,9 +38,10 @@ def write_ring(
         GroupInfo(name="0", desc="default_pg", ranks=ranks, backend="gloo", timeout_ms=5000),
     )
     signature = writer.intern_signature(
-        "all_reduce",
+        api or "all_reduce",
         Signature(
-            op="all_reduce",
+            op=api or "all_reduce",
+            api=api,
             input_sizes=[[8]],
             output_sizes=[[8]],
             input_dtypes=["Float"],
@@ -44,6 +49,8 @@ def write_ring(
             is_p2p=False,
         ),
     )
+    if torch_op is not None:
+        writer.note_torch_op(signature, torch_op, "gloo")
     site_index = writer.intern_site(site, [site]) if site is not None else -1
     numbers = list(seqs)
     for seq in numbers:

@@ -183,3 +183,34 @@ def test_importing_the_same_rings_again_replaces_the_first_import(tmp_path: Path
     assert len(incidents) == 2 and len(incidents[name]) == 6
     [second] = set(incidents) - {name}
     assert "-bbbb2222-rings-" in second and len(incidents[second]) == 6
+
+
+def test_a_rank_that_had_not_learned_torchs_op_yet_takes_its_peers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 1 died before a read of torch's FR taught it that gloo runs
+    ``reduce_scatter_tensor`` as ``all_reduce``; rank 0 had learned it. Their rows agree on
+    the op, and the analysis sees no op mismatch between the same calls."""
+    rings = tmp_path / "_rings"
+    for rank, learned in ((0, "all_reduce"), (1, None)):
+        write_ring(
+            ring_base(rings, "train", rank),
+            rank=rank,
+            world=2,
+            job="train",
+            seqs=range(1, 5),
+            site=("step", "/job/train.py", 12),
+            api="reduce_scatter_tensor",
+            torch_op=learned,
+        )
+    archive = tmp_path / "archive"
+    assert main(["import", str(rings), "--archive", str(archive), "--incident", "x"]) == 0
+    rows = pq.read_table(archive / "job=train" / "incident=x").to_pylist()
+    assert {(r["rank"], r["op"], r["api"]) for r in rows} == {
+        (0, "all_reduce", "reduce_scatter_tensor"),
+        (1, "all_reduce", "reduce_scatter_tensor"),
+    }
+    capsys.readouterr()
+    main(["analyze", str(rings), "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert "op_type_mismatch" not in {f["kind"] for f in report["findings"]}, report
