@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from fr_otel import config
@@ -75,3 +76,30 @@ def test_a_command_ended_by_sigterm_exits_143(tmp_path: Path) -> None:
         ["run", "--job", "term", "--archive", str(archive), "--", sys.executable, "-c", script]
     )
     assert code == 143
+
+
+def test_a_dead_rank_that_had_not_learned_torchs_op_takes_its_peers(tmp_path: Path) -> None:
+    """Rank 1 died before a read of torch's FR taught it that gloo runs
+    ``reduce_scatter_tensor`` as ``all_reduce``; rank 0 had learned it. The archived rows
+    of both say ``all_reduce``, the function called stays their ``api``."""
+    environ = {"FR_OTEL_ARCHIVE": str(tmp_path / "archive"), "FR_OTEL_JOB": "learn"}
+    settings = config.recorder_settings(environ=environ)
+    started = time.time_ns()
+    for rank, learned in ((0, "all_reduce"), (1, None)):
+        base = ring_base(settings.rings, settings.job, rank)
+        write_ring(
+            base,
+            rank=rank,
+            world=2,
+            job=settings.job,
+            seqs=range(1, 5),
+            api="reduce_scatter_tensor",
+            torch_op=learned,
+        )
+    result = finish(settings, 1, started)
+    [incident] = result.incidents
+    rows = pq.read_table(partition_dir(settings.archive, settings.job, incident)).to_pylist()
+    assert {(r["rank"], r["op"], r["api"]) for r in rows} == {
+        (0, "all_reduce", "reduce_scatter_tensor"),
+        (1, "all_reduce", "reduce_scatter_tensor"),
+    }

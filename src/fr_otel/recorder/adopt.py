@@ -20,12 +20,14 @@ from fr_otel.config import RecorderSettings
 from fr_otel.otel.exporter import RequestExporter
 from fr_otel.recorder.flush import FlushReport, flush_ring
 from fr_otel.recorder.ring import (
+    RingContents,
     adopted,
     append_flushed,
     read_ring,
     run_ring_bases,
     run_ring_dir,
 )
+from fr_otel.recorder.torch_ops import learned_ops, taught
 from fr_otel.recorder.triggers import trigger_path
 
 logger = logging.getLogger(__name__)
@@ -44,8 +46,11 @@ def flush_dead_rings(
     """Flush every unlocked ring of this run of ``settings.job`` not yet flushed for ``incident``
     (only rings opened at ``since_ns`` or later: older ones are another run's). With
     ``deferred``, the spans wait there (``flush.send_deferred``) until every ring is
-    archived."""
-    for base in run_ring_bases(settings.rings, settings.job, settings.run_id):
+    archived. The torch ops a dead rank had not learned yet are taken from this host's
+    other ranks (``torch_ops.taught``)."""
+    bases = list(run_ring_bases(settings.rings, settings.job, settings.run_id))
+    learned: dict[tuple[str, str | None], set[str]] | None = None
+    for base in bases:
         if base == skip or time.monotonic() >= deadline:
             continue
         with adopted(base) as ours:
@@ -59,6 +64,9 @@ def flush_dead_rings(
                 continue
             if incident in contents.flushed or not contents.slots or contents.created_ns < since_ns:
                 continue
+            if learned is None:
+                learned = learned_ops(_metas(bases))
+            contents = taught(contents, learned)
             report = flush_ring(
                 contents,
                 settings=settings,
@@ -85,6 +93,13 @@ def flush_dead_rings(
                     base,
                 )
             yield report
+
+
+def _metas(bases: list[Path]) -> Iterator[RingContents]:
+    """The rings' metas (their slots left unread), those that can be read."""
+    for base in bases:
+        with contextlib.suppress(OSError, ValueError):
+            yield read_ring(base, slots=False)
 
 
 def remove_dead_triggers(settings: RecorderSettings) -> None:

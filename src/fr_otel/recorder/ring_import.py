@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +17,7 @@ from fr_otel.recorder.incident_ids import RUN_PART_LENGTH
 from fr_otel.recorder.ring import TORCH_RING_DIR, RingContents, adopted, read_ring
 from fr_otel.recorder.slot import FIELDS
 from fr_otel.recorder.table import past_gaps, ring_table
+from fr_otel.recorder.torch_ops import taught_by_peers
 
 _TIMES = [index for index, (name, _) in enumerate(FIELDS) if name in ("created_ns", "done_ns")]
 """Where a slot tuple holds its creation and completion times."""
@@ -65,7 +66,7 @@ def import_rings(
             continue
         by_run.setdefault(contents.run, []).append(contents)
     for run, rings in sorted(by_run.items(), key=lambda item: item[0] or ""):
-        rings = peers_torch_ops(rings)
+        rings = taught_by_peers(rings)
         if incident is None:
             named = rings_incident(rings)
         else:
@@ -96,39 +97,6 @@ def import_rings(
             mark_snapshot(target, job_name, named)
             result.running[named] = running
     return result
-
-
-def peers_torch_ops(rings: list[RingContents]) -> list[RingContents]:
-    """``rings`` (one run's), each hooked signature whose torch op its rank had not yet
-    learned taking the op its peers learned for the same function and backend, where
-    they all learned one. A rank learns torch's name for an op at a read of torch's FR,
-    up to a second after its peers; a job that dies in that second leaves rings where
-    that rank's ``all_gather`` would meet its peers' ``gloo``-named op, and the analysis
-    compares ops: a desync no rank made."""
-    learned: dict[tuple[str, str | None], set[str]] = {}
-    for contents in rings:
-        for signature in contents.signatures.values():
-            if signature.api is not None and signature.op != signature.api:
-                learned.setdefault((signature.api, signature.backend), set()).add(signature.op)
-    if not learned:
-        return rings
-    taught = []
-    for contents in rings:
-        signatures = dict(contents.signatures)
-        for index, signature in contents.signatures.items():
-            if signature.api is None or signature.op != signature.api:
-                continue
-            ops = {
-                op
-                for (api, backend), found in learned.items()
-                if api == signature.api and signature.backend in (None, backend)
-                for op in found
-            }
-            if len(ops) == 1:
-                signatures[index] = replace(signature, op=ops.pop())
-        changed = signatures != contents.signatures
-        taught.append(replace(contents, signatures=signatures) if changed else contents)
-    return taught
 
 
 def _still_running(contents: RingContents) -> bool:

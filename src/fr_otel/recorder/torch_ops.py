@@ -1,16 +1,18 @@
 """Torch's own name for each op the hooks record, learned from torch's Flight Recorder
 entries of the same (group, collective seq) at the mirror's reads (``frsource.FrMirror``),
-and noted in the hooks' ring.
+and noted in the hooks' ring; where a rank's ring is read after it died without having
+learned a name, from its peers' rings (``taught_by_peers``).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING
 
-from fr_otel.recorder.ring import RingWriter
+from fr_otel.recorder.ring import RingContents, RingWriter
 from fr_otel.recorder.torch_fr import first_items
 
 if TYPE_CHECKING:  # pyarrow is imported where entries are read: not at install
@@ -152,3 +154,43 @@ class TorchOps:
     def _settle(self, signature_index: int) -> None:
         self._open.pop(signature_index, None)
         self._keys.pop(signature_index, None)
+
+
+def learned_ops(rings: Iterable[RingContents]) -> dict[tuple[str, str | None], set[str]]:
+    """(function called, backend) -> the torch ops ``rings`` learned for it."""
+    learned: dict[tuple[str, str | None], set[str]] = {}
+    for contents in rings:
+        for signature in contents.signatures.values():
+            if signature.api is not None and signature.op != signature.api:
+                learned.setdefault((signature.api, signature.backend), set()).add(signature.op)
+    return learned
+
+
+def taught(contents: RingContents, learned: dict[tuple[str, str | None], set[str]]) -> RingContents:
+    """``contents``, each hooked signature whose torch op its rank had not learned taking
+    the op that ``learned`` holds for the same function and backend, where it holds one.
+    A rank learns torch's name for an op at a read of torch's FR, up to a second after
+    its peers; a job that dies in that second leaves rings where that rank's
+    ``reduce_scatter_tensor`` meets its peers' ``all_reduce``, and the analysis compares
+    ops: a desync no rank made."""
+    signatures = dict(contents.signatures)
+    for index, signature in contents.signatures.items():
+        if signature.api is None or signature.op != signature.api:
+            continue
+        ops = {
+            op
+            for (api, backend), found in learned.items()
+            if api == signature.api and signature.backend in (None, backend)
+            for op in found
+        }
+        if len(ops) == 1:
+            signatures[index] = replace(signature, op=ops.pop())
+    return (
+        replace(contents, signatures=signatures) if signatures != contents.signatures else contents
+    )
+
+
+def taught_by_peers(rings: list[RingContents]) -> list[RingContents]:
+    """One run's ``rings``, each ``taught`` what the others learned."""
+    learned = learned_ops(rings)
+    return [taught(contents, learned) for contents in rings] if learned else rings
