@@ -1059,6 +1059,12 @@ def _run_paired(work: _Workload, receiver: Any, tmp: Path, mode: str, part: int)
             f" it. Recorder (training thread and threads) and agent together:"
             f" {combined:+.1f} µs per {unit} per rank ="
             f" {combined / result['peer_us'] * 100:.2f}% of the peer's CPU per {unit}"
+            + (
+                ""
+                if work.name == "ddp"
+                else " (its threads read torch's FR for the reference arms' calls, which pass"
+                " no hook: the verdict takes them from the incident launches)"
+            )
         )
     mirrors = [r["mirror"] for r in ranks if r["mirror"]]
     if mirrors:

@@ -1,7 +1,7 @@
 """The node agent: ``fr-otel run``'s thread that watches this host's rings while the job
 runs, and names a desync's culprit within seconds.
 
-Each look (``LiveSettings.interval_s``, twice a second by default) reads what every local
+Each look (``LiveSettings.interval_s``, once a second by default) reads what every local
 rank issued since the last one (``heads``, as ``columns``), places it on the board
 (``compare``), and
 hands each complete candidate to the analyzer (``confirm``). The first confirmed desync is

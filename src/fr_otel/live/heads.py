@@ -1,6 +1,6 @@
 """One rank's rings read as they grow: the collectives it issued since the last look.
 
-The node agent looks at every local rank twice a second, so a look must cost next to
+The node agent looks at every local rank once a second, so a look must cost next to
 nothing when nothing happened. ``read_ring`` decodes a whole ring (20,000 slots by
 default, tens of milliseconds); here each look reads the ring's record counter (8 bytes)
 and only the slots written since, with ``pread``. What slots refer to (groups,
