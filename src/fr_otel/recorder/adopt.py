@@ -27,7 +27,7 @@ from fr_otel.recorder.ring import (
     run_ring_bases,
     run_ring_dir,
 )
-from fr_otel.recorder.torch_ops import learned_ops, taught
+from fr_otel.recorder.torch_ops import LearnedOps, learned_ops, taught
 from fr_otel.recorder.triggers import trigger_path
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def flush_dead_rings(
     archived. The torch ops a dead rank had not learned yet are taken from this host's
     other ranks (``torch_ops.taught``)."""
     bases = list(run_ring_bases(settings.rings, settings.job, settings.run_id))
-    learned: dict[tuple[str, str | None], set[str]] | None = None
+    learned: LearnedOps | None = None
     for base in bases:
         if base == skip or time.monotonic() >= deadline:
             continue

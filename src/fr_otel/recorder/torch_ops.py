@@ -156,9 +156,13 @@ class TorchOps:
         self._keys.pop(signature_index, None)
 
 
-def learned_ops(rings: Iterable[RingContents]) -> dict[tuple[str, str | None], set[str]]:
-    """(function called, backend) -> the torch ops ``rings`` learned for it."""
-    learned: dict[tuple[str, str | None], set[str]] = {}
+LearnedOps = dict[tuple[str, str | None], set[str]]
+"""(function called, backend) -> the torch ops ranks learned for it (``learned_ops``)."""
+
+
+def learned_ops(rings: Iterable[RingContents]) -> LearnedOps:
+    """What ``rings`` learned of torch's ops (``LearnedOps``)."""
+    learned: LearnedOps = {}
     for contents in rings:
         for signature in contents.signatures.values():
             if signature.api is not None and signature.op != signature.api:
@@ -166,7 +170,7 @@ def learned_ops(rings: Iterable[RingContents]) -> dict[tuple[str, str | None], s
     return learned
 
 
-def taught(contents: RingContents, learned: dict[tuple[str, str | None], set[str]]) -> RingContents:
+def taught(contents: RingContents, learned: LearnedOps) -> RingContents:
     """``contents``, each hooked signature whose torch op its rank had not learned taking
     the op that ``learned`` holds for the same function and backend, where it holds one.
     A rank learns torch's name for an op at a read of torch's FR, up to a second after
