@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature
+from fr_otel.recorder.ring import GroupInfo, RingWriter, Signature, ring_base
 from fr_otel.recorder.slot import COMPLETED, STARTED
 
 
@@ -60,3 +60,24 @@ def write_ring(
     if close:
         writer.close()
     return writer
+
+
+UNLEARNED_API, LEARNED_OP = "reduce_scatter_tensor", "all_reduce"
+"""What ``write_half_learned`` rings call, and the torch op rank 0 learned for it."""
+
+
+def write_half_learned(rings: Path, job: str) -> None:
+    """Two ranks' rings of the same four collectives: ``UNLEARNED_API`` called on both,
+    rank 0 having learned that torch runs it as ``LEARNED_OP``, rank 1 (dead before its
+    first read of torch's FR) not yet."""
+    for rank, learned in ((0, LEARNED_OP), (1, None)):
+        write_ring(
+            ring_base(rings, job, rank),
+            rank=rank,
+            world=2,
+            job=job,
+            seqs=range(1, 5),
+            site=("step", "/job/train.py", 12),
+            api=UNLEARNED_API,
+            torch_op=learned,
+        )

@@ -11,7 +11,7 @@ import pytest
 
 from fr_otel.cli import main
 from fr_otel.recorder.ring import ring_base, torch_ring_base
-from tests.rings import write_ring
+from tests.rings import LEARNED_OP, UNLEARNED_API, write_half_learned, write_ring
 
 
 def _ring(rings: Path, rank: int, records: int) -> None:
@@ -192,23 +192,13 @@ def test_a_rank_that_had_not_learned_torchs_op_yet_takes_its_peers(
     ``reduce_scatter_tensor`` as ``all_reduce``; rank 0 had learned it. Their rows agree on
     the op, and the analysis sees no op mismatch between the same calls."""
     rings = tmp_path / "_rings"
-    for rank, learned in ((0, "all_reduce"), (1, None)):
-        write_ring(
-            ring_base(rings, "train", rank),
-            rank=rank,
-            world=2,
-            job="train",
-            seqs=range(1, 5),
-            site=("step", "/job/train.py", 12),
-            api="reduce_scatter_tensor",
-            torch_op=learned,
-        )
+    write_half_learned(rings, "train")
     archive = tmp_path / "archive"
     assert main(["import", str(rings), "--archive", str(archive), "--incident", "x"]) == 0
     rows = pq.read_table(archive / "job=train" / "incident=x").to_pylist()
     assert {(r["rank"], r["op"], r["api"]) for r in rows} == {
-        (0, "all_reduce", "reduce_scatter_tensor"),
-        (1, "all_reduce", "reduce_scatter_tensor"),
+        (0, LEARNED_OP, UNLEARNED_API),
+        (1, LEARNED_OP, UNLEARNED_API),
     }
     capsys.readouterr()
     main(["analyze", str(rings), "--format", "json"])

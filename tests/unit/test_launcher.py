@@ -17,7 +17,7 @@ from fr_otel.archive.layout import partition_dir
 from fr_otel.cli import main
 from fr_otel.recorder.launcher import finish
 from fr_otel.recorder.ring import ring_base
-from tests.rings import write_ring
+from tests.rings import LEARNED_OP, UNLEARNED_API, write_half_learned, write_ring
 
 
 def test_a_job_that_fails_before_any_group_gets_an_empty_incident_with_its_reason(
@@ -85,21 +85,11 @@ def test_a_dead_rank_that_had_not_learned_torchs_op_takes_its_peers(tmp_path: Pa
     environ = {"FR_OTEL_ARCHIVE": str(tmp_path / "archive"), "FR_OTEL_JOB": "learn"}
     settings = config.recorder_settings(environ=environ)
     started = time.time_ns()
-    for rank, learned in ((0, "all_reduce"), (1, None)):
-        base = ring_base(settings.rings, settings.job, rank)
-        write_ring(
-            base,
-            rank=rank,
-            world=2,
-            job=settings.job,
-            seqs=range(1, 5),
-            api="reduce_scatter_tensor",
-            torch_op=learned,
-        )
+    write_half_learned(settings.rings, settings.job)
     result = finish(settings, 1, started)
     [incident] = result.incidents
     rows = pq.read_table(partition_dir(settings.archive, settings.job, incident)).to_pylist()
     assert {(r["rank"], r["op"], r["api"]) for r in rows} == {
-        (0, "all_reduce", "reduce_scatter_tensor"),
-        (1, "all_reduce", "reduce_scatter_tensor"),
+        (0, LEARNED_OP, UNLEARNED_API),
+        (1, LEARNED_OP, UNLEARNED_API),
     }
