@@ -24,7 +24,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from fr_otel.analysis import analyze
-from fr_otel.analysis.kinds import PERFORMANCE_KINDS
 from fr_otel.cli import main
 from fr_otel.recorder.ring import read_ring, ring_bases
 from tests.jobs import environment, torchrun
@@ -87,14 +86,14 @@ def test_a_healthy_torchtitan_run_is_healthy_and_its_records_follow_the_new_time
     assert code == 0, log[-3000:]
     assert not list((archive / "job=titan").glob("incident=*")), log[-3000:]
     for path in (archive, archive / "_rings"):
-        # two ranks sharing two cores with the test's own processes can really be slow
-        # by turns (a straggler is a performance finding, and may be true here); what a
-        # healthy run must never get is a hang's finding or a root cause
+        # two ranks sharing two cores with the test's own processes are slow by turns, a
+        # rank at times through a whole step's collectives: four steps are too few
+        # separate occasions to call either a straggler
         code = main(["analyze", str(path), "--job", "titan", "--format", "json"])
         report = json.loads(capsys.readouterr().out)
         assert report["root_cause"] is None, report["findings"]
-        assert {f["kind"] for f in report["findings"]} <= PERFORMANCE_KINDS, report["findings"]
-        assert code == (1 if report["findings"] else 0)
+        assert report["findings"] == [], [f["summary"] for f in report["findings"]]
+        assert code == 0
     for base in ring_bases(archive / "_rings", "titan"):
         contents = read_ring(base)
         assert contents.ended is not None and contents.ended.how == "exit", base

@@ -22,6 +22,10 @@ from tests.stragglers import (
     unfinish_last,
 )
 
+TEN_STEPS = 1_200
+"""Ring entries that hold over ten of the simulated job's steps (a tensor-parallel rank
+records about 90 a step): a straggler must be late at ten separate occasions."""
+
 
 def _stragglers(analysis: Analysis) -> dict[int, dict]:  # type: ignore[type-arg]
     return {f.culprit_ranks[0]: f.evidence for f in analysis.findings if f.kind == "straggler"}
@@ -177,7 +181,7 @@ def test_simulated_stragglers_of_64_ranks_match_ground_truth(
 ) -> None:
     spec = FleetSpec(
         world=64,
-        entries=500,
+        entries=TEN_STEPS,
         stragglers=tuple(Straggler(rank=r, delay_ms=delay_ms, side=side) for r in ranks),
         clock_skew_ms=skew_ms,
     )
@@ -196,13 +200,13 @@ def test_a_healthy_simulated_fleet_names_no_straggler(tmp_path: Path, skew_ms: f
 
 
 def test_a_straggler_in_a_hung_job_leaves_the_hang_verdict_alone(tmp_path: Path) -> None:
-    spec = FleetSpec(world=64, entries=500, fault="skipped_collective", fault_rank=21)
+    spec = FleetSpec(world=64, entries=TEN_STEPS, fault="skipped_collective", fault_rank=21)
     plain = _fleet(tmp_path / "plain", spec)
     slow = _fleet(
         tmp_path / "slow",
         FleetSpec(
             world=64,
-            entries=500,
+            entries=TEN_STEPS,
             fault="skipped_collective",
             fault_rank=21,
             stragglers=(Straggler(rank=44, delay_ms=20.0, side="gpu"),),
@@ -225,7 +229,7 @@ def test_simulated_stragglers_of_1024_ranks_match_ground_truth(
 ) -> None:
     spec = FleetSpec(
         world=1024,
-        entries=400,
+        entries=TEN_STEPS,
         stragglers=(Straggler(rank=rank, delay_ms=10.0, side=side),),
         clock_skew_ms=skew_ms,
     )

@@ -67,6 +67,8 @@ def _site(rank: int, gid: int, group: GroupRef, excess_ms: float) -> SiteLatenes
         op="all_reduce",
         rank=rank,
         collectives=100,
+        occasions=100,
+        late_occasions=95,
         p50_ns=excess_ms * 1e6,
         last=95,
         above=95,

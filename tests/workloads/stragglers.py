@@ -3,7 +3,10 @@ all_reduce (a slow data loader), under the recorder (``fr_otel.install()``).
 
 Each step every rank "computes" (sleeps ``BASE_MS`` plus a uniform draw of up to
 ``JITTER_MS``), the ranks listed in ``STRAGGLERS`` (``rank:ms,rank:ms``) sleep that much
-longer, then all of them run the gradient all_reduce and a metrics all_reduce. After
+longer, then all of them run the gradient all_reduce and a metrics all_reduce. With
+``BURST=k`` the gradient all_reduce runs ``k`` times a step from one line, as FSDP's
+per-layer collectives do, each after ``BURST_GAP_MS`` of work and the stragglers' extra
+delay, which then holds them up at every collective of the burst. After
 ``STEPS`` steps, with ``SNAPSHOT=signal`` (default) rank 0 sends itself ``SIGUSR2``: the
 recorder declares a snapshot job-wide and every rank archives its buffer under
 ``FR_OTEL_ARCHIVE`` (its completion times included, which the clock estimate needs); with
@@ -63,11 +66,19 @@ def main() -> None:
     jitter = float(os.environ.get("JITTER_MS", "0")) / 1e3
     extra = _delays().get(rank, 0.0)
     print_at = int(os.environ.get("PRINT_AT", "10"))
+    burst = int(os.environ.get("BURST", "0"))
+    burst_gap = float(os.environ.get("BURST_GAP_MS", "1")) / 1e3
     rng = random.Random(1000 + rank)
     grads, metrics = torch.ones(256), torch.ones(4)
     for step in range(steps):
-        time.sleep(base + rng.uniform(0.0, jitter) + extra)  # forward and backward
-        grad_sync(grads)
+        if burst:
+            time.sleep(base + rng.uniform(0.0, jitter))
+            for _ in range(burst):
+                time.sleep(burst_gap + extra)  # one layer's forward and backward
+                grad_sync(grads)
+        else:
+            time.sleep(base + rng.uniform(0.0, jitter) + extra)  # forward and backward
+            grad_sync(grads)
         report_metrics(metrics)
         if step == print_at:
             print(f"step {print_at}", flush=True)

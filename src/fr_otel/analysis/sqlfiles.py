@@ -5,9 +5,9 @@ order (``NN_name.sql``) and the ones the analysis picks from (``groups_from_rows
 ``groups_from_manifest.sql``, ``dumped.sql`` after the first pass, made or loaded, the
 snapshot's ``snapshot_frontier.sql``, the views of ``fr-otel sql``), which ``run_file``
 runs; ``query_file`` runs the queries whose rows Python reads back
-(``site_lateness.sql``), and ``fragment`` hands out the pieces Python puts together (the
-arrival rows, ``arrival.sql``, over one of two ``coll`` CTEs and the clock offsets'
-``clock.sql``). Each statement the first two run is logged at DEBUG level
+(``site_lateness.sql``, ``site_occasions.sql``), and ``fragment`` hands out the pieces
+Python puts together (the arrival rows, ``arrival.sql``, over one of two ``coll`` CTEs and
+the clock offsets' ``clock.sql``). Each statement the first two run is logged at DEBUG level
 (``-vv``) with the time it took, on the ``fr_otel.analysis.sql`` logger.
 """
 

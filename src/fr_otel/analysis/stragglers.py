@@ -20,6 +20,17 @@ of the collective's members but the latest in at least ``CONSISTENCY`` of the ca
 binomial test against chance gives the confidence), by a median margin over the site's
 typical member of at least ``MIN_EXCESS_NS`` and of ``CLOCK_MARGIN`` times the clock
 uncertainty. Jitter makes every rank late some of the time, so a healthy job names nobody.
+
+The cases must also be separate *occasions*: a site's collectives close together in time
+(FSDP's all-gathers of one step's layers, issued from one line) share whatever held a
+rank up then (a busy core, a page fault, a log line), so a rank slow in three steps of a
+short run can be late at 90% of 40 collectives. It must be late (at most of the
+collectives of each) at as many of its occasions, with the same test against chance: at
+10 of 10 at least. A gap between a site's collectives of at least ``BURST_FACTOR`` times
+its median gap ends a burst, where at least 1/``MAX_BURST`` of its gaps are that long
+(rarer long gaps are pauses between single calls, as a checkpoint's); elsewhere every
+collective is an occasion of its own. A group whose window holds a late rank's site at too
+few occasions is read further back, up to ``WIDE_SLOTS`` collectives.
 Only each group's last ``WINDOW_SLOTS`` collectives are read.
 
 Lateness spreads: the peers a straggler holds up in one group reach their next collective
@@ -37,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,9 +63,16 @@ MIN_COLLECTIVES = 20
 """Collectives at one call site before a rank's lateness there is judged at all: fewer are
 thin evidence (rank 0 printing its loss each step of a short run is late every time)."""
 
+BURST_FACTOR = 4
+"""How many times a site's median gap between its collectives a gap between bursts is."""
+
+MAX_BURST = 16
+"""Most collectives of one site in a burst: longer gaps rarer than one in this many are
+pauses between single calls (a checkpoint every 50 steps), not bursts' ends."""
+
 CONSISTENCY = 0.9
-"""Share of a site's collectives where a straggler is later than its typical member (the
-mean of all but the latest member)."""
+"""Share of a site's collectives, and of its occasions, where a straggler is later than
+its typical member (the mean of all but the latest member)."""
 
 MIN_EXCESS_NS = 1_000_000
 """Median margin over the typical member below which lateness is not worth a finding: a
@@ -76,6 +94,14 @@ WINDOW_SLOTS = 200
 is late every step, so a few hundred collectives show it as well as thousands would, at
 a fraction of the cost."""
 
+WIDE_SLOTS = 2_000
+"""Collectives read of a group where its window held a late rank's site at too few
+occasions (a step of hundreds of collectives): as many as Flight Recorder keeps by
+default."""
+
+_JUDGED = "gid IN (SELECT gid FROM straggler_judged)"
+"""The groups of the ``straggler_judged`` table (``_judge``)."""
+
 
 def _arrival_sql(coll: str) -> str:
     """The arrival rows (``sql/arrival.sql``) over the collectives CTE ``coll``."""
@@ -88,10 +114,11 @@ def _coll_from_rows(source: str, where: str) -> str:
     return fragment("arrival_coll_from_rows.sql", source=source, where=where)
 
 
-def _coll_from_entries() -> str:
+def _coll_from_entries(window_slots: int = WINDOW_SLOTS, groups: str = "true") -> str:
     """The collectives CTE of the incident under analysis, from its ``e``, ``groups`` and
-    ``windows`` tables."""
-    return fragment("arrival_coll_from_entries.sql", window_slots=WINDOW_SLOTS)
+    ``windows`` tables: each group's last ``window_slots``, of those ``groups`` selects
+    (SQL over ``gid``)."""
+    return fragment("arrival_coll_from_entries.sql", window_slots=window_slots, groups=groups)
 
 
 ARRIVAL_COLUMNS = (
@@ -169,6 +196,11 @@ class SiteLateness:
     issue_peers_p50_ns: float = 0.0
     lost_ns: int = 0
     """How much earlier its collectives would have run without its lateness (``_detail``)."""
+    occasions: int = 0
+    """Its collectives there, a burst of them close together counting once (filled in for
+    the sites of ranks to name, ``site_occasions``)."""
+    late_occasions: int = 0
+    """Occasions where it was later than the typical member at most of the collectives."""
 
     @property
     def excess_ns(self) -> float:
@@ -202,16 +234,28 @@ def _lower_median(values: list[float]) -> float:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def _judge(connection: duckdb.DuckDBPyConnection, gids: Collection[int]) -> None:
+    connection.execute("CREATE OR REPLACE TEMP TABLE straggler_judged (gid UBIGINT)")
+    if gids:
+        connection.executemany("INSERT INTO straggler_judged VALUES (?)", [(g,) for g in gids])
+
+
 def site_lateness(
-    connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]
+    connection: duckdb.DuckDBPyConnection,
+    groups: dict[int, GroupRef],
+    *,
+    only: Collection[int] | None = None,
 ) -> list[SiteLateness]:
     """Per (group, call site, rank) lateness from the ``arrival`` table, with the site's
     typical member filled in: the rows that may be late (``_late`` decides), in group,
-    site and rank order; ``groups``: the analyzer's, by its group key."""
+    site and rank order; ``groups``: the analyzer's, by its group key; ``only``: of these
+    groups (by key) alone."""
+    _judge(connection, sorted(only or ()))
     rows = query_file(
         connection,
         "site_lateness.sql",
         {
+            "every": only is None,
             "min_collectives": MIN_COLLECTIVES,
             "consistency": CONSISTENCY,
             "min_excess_ns": MIN_EXCESS_NS,
@@ -244,20 +288,63 @@ def _late(site: SiteLateness) -> bool:
     return p_value <= MAX_P_VALUE
 
 
+def _separate(site: SiteLateness) -> bool:
+    """Late at separate occasions as consistently as at its collectives: at no fewer than
+    ``CONSISTENCY`` of them, and as unlikely by chance (its confidence is then this
+    test's, the weaker)."""
+    if site.late_occasions < CONSISTENCY * site.occasions:
+        return False
+    p_value = _p_value(site.late_occasions, site.occasions)
+    site.confidence = min(site.confidence, 1.0 - p_value)
+    return p_value <= MAX_P_VALUE
+
+
 def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef]) -> list[Finding]:
     """``straggler`` findings of the incident under analysis (see ``create_arrival``).
 
     Their ``example`` and each site's entry are ``EntryRef`` s: the analyzer resolves
     them (call site, sizes, dtypes) with the stacks."""
     keys = {gid: _key(group) for gid, group in groups.items()}
-    late: dict[int, _Candidate] = {}
-    for site in site_lateness(connection, groups):
-        if _late(site):
-            late.setdefault(site.rank, _Candidate(rank=site.rank)).sites.append(site)
     with_collectives = {
         keys.get(gid) or (str(gid), ())
         for (gid,) in connection.execute("SELECT DISTINCT gid FROM arrival").fetchall()
     }
+    sites = site_lateness(connection, groups)
+    late, named = _origins_of(sites, with_collectives, keys)
+    site_occasions(connection, [s for rank in named for s in late[rank].sites])
+    # a site of a rank to name that its group's window holds at too few occasions: read
+    # further back, and judge again
+    short = _widen(
+        connection, {s.gid for rank in named for s in late[rank].sites if not _separate(s)}
+    )
+    if short:
+        sites = [s for s in sites if s.gid not in short]
+        sites.extend(site_lateness(connection, groups, only=short))
+        late, named = _origins_of(sites, with_collectives, keys)
+        site_occasions(
+            connection, [s for rank in named for s in late[rank].sites if s.gid in short]
+        )
+    # who inherited from whom is judged on every site a rank is late at; a rank is then
+    # named for the sites where it was late at separate occasions too (a slow moment of
+    # its is not a slow rank, and those it held up then stay unnamed all the same)
+    for rank in named:
+        late[rank].sites = [s for s in late[rank].sites if _separate(s)]
+    named = {rank for rank in named if late[rank].sites}
+    _detail(connection, [s for rank in named for s in late[rank].sites])
+    findings = [_finding(late[rank]) for rank in sorted(named)]
+    # the costliest first: the one whose cure would speed the job up the most
+    findings.sort(key=_time_lost, reverse=True)
+    return findings
+
+
+def _origins_of(
+    sites: list[SiteLateness], with_collectives: set[GroupKey], keys: dict[int, GroupKey]
+) -> tuple[dict[int, _Candidate], set[int]]:
+    """The late ranks among ``sites``, and those whose lateness is their own (``_origins``)."""
+    late: dict[int, _Candidate] = {}
+    for site in sites:
+        if _late(site):
+            late.setdefault(site.rank, _Candidate(rank=site.rank)).sites.append(site)
     # a rank's nearest peers are its smallest group: lateness of its own shows there, where
     # lateness it inherited (it waited for someone elsewhere) moves the group as a block
     nearest: dict[int, int] = {}
@@ -265,12 +352,51 @@ def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef
         for rank in group[1]:
             nearest[rank] = min(nearest.get(rank, len(group[1])), len(group[1]))
     near = {rank for rank, c in late.items() if c.smallest_group() == nearest.get(rank)}
-    named = _origins(late, near, with_collectives, keys)
-    _detail(connection, [s for rank in named for s in late[rank].sites])
-    findings = [_finding(late[rank]) for rank in sorted(named)]
-    # the costliest first: the one whose cure would speed the job up the most
-    findings.sort(key=_time_lost, reverse=True)
-    return findings
+    return late, _origins(late, near, with_collectives, keys)
+
+
+def site_occasions(connection: duckdb.DuckDBPyConnection, sites: list[SiteLateness]) -> None:
+    """Fill in the occasions of ``sites`` (``sql/site_occasions.sql``): only for the sites
+    of ranks to name, a few of a large incident's."""
+    if not sites:
+        return
+    connection.execute(
+        "CREATE OR REPLACE TEMP TABLE occasion_wanted (gid UBIGINT, unit UBIGINT, rank INTEGER)"
+    )
+    connection.executemany(
+        "INSERT INTO occasion_wanted VALUES (?, ?, ?)",
+        sorted({(s.gid, s.unit, s.rank) for s in sites}),
+    )
+    rows = query_file(
+        connection, "site_occasions.sql", {"burst_factor": BURST_FACTOR, "max_burst": MAX_BURST}
+    ).fetchall()
+    counts = {(gid, unit, rank): (n, late) for gid, unit, rank, n, late in rows}
+    for site in sites:
+        site.occasions, site.late_occasions = counts.get((site.gid, site.unit, site.rank), (0, 0))
+
+
+def _widen(connection: duckdb.DuckDBPyConnection, gids: set[int]) -> set[int]:
+    """Of ``gids``, the groups with collectives before their window, whose ``arrival`` rows
+    are then their last ``WIDE_SLOTS`` collectives' (a late rank's site that its window
+    holds at few occasions may be late at many in more of them)."""
+    if not gids:
+        return set()
+    _judge(connection, sorted(gids))
+    wider = {
+        gid
+        for (gid,) in connection.execute(
+            f"SELECT gid FROM windows WHERE {_JUDGED} GROUP BY gid"
+            " HAVING min(min_seq) <= max(max_seq) - ?",
+            [WINDOW_SLOTS],
+        ).fetchall()
+    }
+    if not wider:
+        return set()
+    _judge(connection, sorted(wider))
+    body = _arrival_sql(_coll_from_entries(WIDE_SLOTS, _JUDGED))
+    connection.execute(f"DELETE FROM arrival WHERE {_JUDGED}")
+    connection.execute(f"INSERT INTO arrival SELECT {TABLE_COLUMNS} FROM ({body})")
+    return wider
 
 
 def _detail(connection: duckdb.DuckDBPyConnection, sites: list[SiteLateness]) -> None:
@@ -398,6 +524,7 @@ class LateSite:
     op: str
     entry: EntryRef
     collectives: int
+    occasions: int
     lateness_ms: dict[str, float]
     excess_ms: float
     last_fraction: float
@@ -408,6 +535,7 @@ class LateSite:
             "process_group": self.group.to_dict(),
             "op": self.op,
             "collectives": self.collectives,
+            "occasions": self.occasions,
             "lateness_ms": self.lateness_ms,
             "excess_ms": self.excess_ms,
             "last_fraction": self.last_fraction,
@@ -426,6 +554,9 @@ class StragglerEvidence(base.Evidence):
     last_fraction: float
     later_than_peers_fraction: float
     collectives: int
+    occasions: int
+    """Its collectives at the site, a burst of them close together counting once."""
+    late_occasions: int
     confidence: float
     time_lost_ms_per_step: float
     time_lost_ms_total: float
@@ -447,6 +578,8 @@ class StragglerEvidence(base.Evidence):
         "last_fraction",
         "later_than_peers_fraction",
         "collectives",
+        "occasions",
+        "late_occasions",
         "confidence",
         "time_lost_ms_per_step",
         "time_lost_ms_total",
@@ -488,7 +621,8 @@ def _finding(candidate: _Candidate) -> Finding:
     unc = main.group_uncertainty_ns
     summary = (
         f"rank {rank} is late to {main.op} in {main.group.label()}: last in"
-        f" {main.last} of {main.collectives} collectives, {_ms(main.p50_ns):g} ms after the"
+        f" {main.last} of {main.collectives} collectives (late at {main.late_occasions} of"
+        f" {main.occasions} separate occasions), {_ms(main.p50_ns):g} ms after the"
         f" first member at the median (p90 {_ms(main.p90_ns):g} ms; its peers"
         f" {_ms(main.peers_p50_ns):g} ms), about {_ms(per_step_ns):g} ms lost per step"
         f" ({_SIDE_WORDS[side]}); a performance problem, not a hang"
@@ -500,6 +634,8 @@ def _finding(candidate: _Candidate) -> Finding:
         last_fraction=round(main.last / main.collectives, 3),
         later_than_peers_fraction=round(main.above / main.collectives, 3),
         collectives=main.collectives,
+        occasions=main.occasions,
+        late_occasions=main.late_occasions,
         confidence=round(main.confidence, 6),
         time_lost_ms_per_step=_ms(per_step_ns),
         time_lost_ms_total=_ms(lost_in_group),
@@ -519,6 +655,7 @@ def _finding(candidate: _Candidate) -> Finding:
                 op=s.op,
                 entry=EntryRef(rank, s.example_record),
                 collectives=s.collectives,
+                occasions=s.occasions,
                 lateness_ms={"median": _ms(s.p50_ns), "p90": _ms(s.p90_ns)},
                 excess_ms=_ms(s.excess_ns),
                 last_fraction=round(s.last / s.collectives, 3),

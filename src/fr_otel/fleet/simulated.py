@@ -23,8 +23,9 @@ HANG_FAULTS = ("skipped_collective", "size_mismatch", "op_type_mismatch")
 """Faults whose culprit is the rank the spec names, at any world this module makes."""
 HANG_ENTRIES = 60
 """Enough for a hang's evidence."""
-SLOW_ENTRIES = 400
-"""Enough collectives per call site for a straggler to be named (``stragglers``)."""
+SLOW_ENTRIES = 1_200
+"""Enough steps for a straggler to be named: it must be late at ten separate occasions of
+a call site (``analysis.stragglers``)."""
 HOUR_NS = 3_600_000_000_000
 
 
