@@ -253,23 +253,25 @@ class Stack:
                     "--set=service::pipelines::traces/view::exporters="
                     "[otlp_grpc/jaeger,span_metrics]"
                 )
+        # agents that route by trace id themselves (--agents-route): agent.route.yaml, with
+        # the gateways' fixed list (gateway.static.yaml) as the gateways have it
+        routing = (
+            {"FR_OTEL_GATEWAY_HOSTS": self.gateways[0].env["FR_OTEL_GATEWAY_HOSTS"]}
+            if agents_route
+            else {}
+        )
+        overlays = ["agent.route.yaml", "gateway.static.yaml"] if agents_route else []
         self.agents = [
             stack.collector(
                 f"agent{g + 1}",
-                ["agent.yaml"],
+                ["agent.yaml", *overlays],
                 workdir / f"agent{g + 1}",
                 host=f"127.0.2.{g + 1}",
                 # GOMEMLIMIT 1600MiB (stack.collector's) and GOGC as agent.yaml's comments ask
-                env={"FR_OTEL_GATEWAY_ENDPOINT": gateway.grpc, "GOGC": "200"},
+                env={"FR_OTEL_GATEWAY_ENDPOINT": gateway.grpc, "GOGC": "200", **routing},
             )
             for g, gateway in enumerate(self.gateways)
         ]
-        if agents_route:  # see --agents-route
-            overlay = workdir / "agent.route.yaml"
-            routed = [g.env["FR_OTEL_ROUTED_LISTEN"] for g in self.gateways]
-            overlay.write_text(yaml.safe_dump(_agent_route_overlay(routed)))
-            for agent in self.agents:
-                agent.argv.append(f"--config={overlay}")
         self._texts: dict[str, str] = {}
         self.services: dict[str, stack.Service] = {
             "jaeger": self.jaeger,
@@ -325,21 +327,6 @@ class Stack:
                     if value:
                         out[f"{name}: {line.rsplit(' ', 1)[0]}"] = value
         return out
-
-
-def _agent_route_overlay(routed: list[str]) -> dict[str, Any]:
-    """The agents' spans routed by trace id to their owner gateway themselves (the
-    load_balancing exporter, as gateway.yaml's route tier has it, its queue on the agent's
-    disk), not through a gateway's route tier: one hop fewer. Not a shipped config."""
-    gateway = yaml.safe_load((stack.CONFIGS / "gateway.yaml").read_text())
-    agent = yaml.safe_load((stack.CONFIGS / "agent.yaml").read_text())
-    exporter = gateway["exporters"]["load_balancing"]
-    exporter["resolver"] = {"static": {"hostnames": routed}}
-    exporter["sending_queue"] = agent["exporters"]["otlp_grpc/gateway"]["sending_queue"]
-    return {
-        "exporters": {"load_balancing/gateways": exporter},
-        "service": {"pipelines": {"traces": {"exporters": ["load_balancing/gateways"]}}},
-    }
 
 
 def _measure(
@@ -744,8 +731,8 @@ def main() -> None:
     parser.add_argument(
         "--agents-route",
         action="store_true",
-        help="the agents route spans by trace id to their owner gateway themselves (an"
-        " overlay of the benchmark's, not a shipped config): what the route tier costs",
+        help="the agents route spans by trace id to their owner gateway themselves"
+        " (collector-config/agent.route.yaml, with gateway.static.yaml's list): one hop fewer",
     )
     parser.add_argument(
         "--tempo-stand-in",

@@ -51,6 +51,7 @@ def test_every_shipped_config_is_validated() -> None:
         "gateway.yaml",
         "gateway.s3.yaml",
         "gateway.static.yaml",
+        "agent.route.yaml",
     }
 
 
@@ -111,6 +112,16 @@ def test_the_s3_overlay_fails_only_on_the_exporter_this_build_cannot_have() -> N
     errors = [line for line in result.stderr.splitlines() if "unknown type" in line]
     assert len(errors) == 1, result.stderr
     assert '\'exporters\' unknown type: "awss3" for id: "awss3/archive"' in errors[0]
+
+
+def test_routing_agents_with_a_fixed_list_of_gateways_validate(tmp_path: Path) -> None:
+    """agent.route.yaml with gateway.static.yaml on top (its comments say so): the
+    gateways' overlay switches the agents' resolver too."""
+    files = [CONFIGS / n for n in ("agent.yaml", "agent.route.yaml", "gateway.static.yaml")]
+    env = {**REQUIRED, "FR_OTEL_QUEUE_DIR": str(tmp_path / "queue")}
+    assert _validate(OTELCOL, files, env).returncode == 0
+    unset = {"FR_OTEL_QUEUE_DIR": str(tmp_path / "queue")}
+    assert _validate(OTELCOL, files, unset).returncode != 0, "FR_OTEL_GATEWAY_HOSTS unset"
 
 
 def test_a_broken_config_fails_validation(tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from fr_otel.analysis import analyze
 from fr_otel.archive import import_dumps
 from fr_otel.cli import main
@@ -39,6 +41,8 @@ INCIDENT = "e2e-fleet"
 WORLD = 8
 ENTRIES = 1500
 NODES = {1: range(0, 4), 2: range(4, 8)}
+ROUTING_OVERLAYS = ("agent.route.yaml", "gateway.static.yaml")
+"""What turns an agent into one that routes spans by trace id to their owners itself."""
 
 
 def _archives(tmp_path: Path) -> tuple[Path, dict[int, Path]]:
@@ -63,9 +67,14 @@ def _archives(tmp_path: Path) -> tuple[Path, dict[int, Path]]:
     return whole, nodes
 
 
+@pytest.mark.parametrize("agents_route", [False, True], ids=["gateways-route", "agents-route"])
 def test_two_gateways_keep_every_trace_whole_and_lose_nothing_when_one_is_killed(
-    tmp_path: Path,
+    tmp_path: Path, agents_route: bool
 ) -> None:
+    """``agents-route``: the agents run ``agent.route.yaml`` (and ``gateway.static.yaml``,
+    the gateways' list), and send each span straight to its owner's routed port: the
+    gateways' load-balancing tier takes no span at all, and a trace whose owner is down
+    waits in its agent's disk queue until the owner is back."""
     whole, nodes = _archives(tmp_path)
     expected = archive_spans(whole, JOB, INCIDENT)
     by_node = {node: archive_spans(path, JOB, INCIDENT) for node, path in nodes.items()}
@@ -76,13 +85,19 @@ def test_two_gateways_keep_every_trace_whole_and_lose_nothing_when_one_is_killed
     # no Tempo: see above
     gateway_list = stack.static_gateways(["127.0.0.2", "127.0.0.3"], tmp_path, jaeger)
     gateways = dict(enumerate(gateway_list, start=1))
+    routing = {
+        "FR_OTEL_GATEWAY_HOSTS": gateway_list[0].env["FR_OTEL_GATEWAY_HOSTS"],
+    }
     agents = {
         n: stack.collector(
             f"agent{n}",
-            ["agent.yaml"],
+            ["agent.yaml", *(ROUTING_OVERLAYS if agents_route else ())],
             tmp_path / f"agent{n}",
             host=host,
-            env={"FR_OTEL_GATEWAY_ENDPOINT": gateways[n].grpc},
+            env={
+                "FR_OTEL_GATEWAY_ENDPOINT": gateways[n].grpc,
+                **(routing if agents_route else {}),
+            },
         )
         for n, host in {1: "127.0.0.4", 2: "127.0.0.5"}.items()
     }
@@ -116,7 +131,13 @@ def test_two_gateways_keep_every_trace_whole_and_lose_nothing_when_one_is_killed
         wait_for_jaeger(jaeger, JOB, expected, timeout_s=120, interval_s=2)
         in_jaeger = Counter(s["spanID"] for _, s in jaeger_spans(jaeger, JOB))
         shown = Counter(s["spanID"] for _, s in jaeger_spans(jaeger, JOB, raw=False))
+        # which tier took the spans: the gateways' load-balancing tier (port 4317), or,
+        # from routing agents, none of them
+        routed_by_gateways = sum(
+            g.metric("otelcol_receiver_accepted_spans", receiver="otlp") for g in gateway_list
+        )
 
+    assert (routed_by_gateways == 0) == agents_route, routed_by_gateways
     # nothing lost, nothing foreign
     written = arrived()
     assert set(written) == set(expected)

@@ -113,6 +113,7 @@ def test_the_expected_configs_exist() -> None:
         "gateway.yaml",
         "gateway.yaml+gateway.s3.yaml",
         "gateway.yaml+gateway.static.yaml",
+        "agent.yaml+agent.route.yaml",
     } <= set(NAMES)
     for path in config_files():
         base = _base_of(path)
@@ -484,6 +485,10 @@ def test_the_incident_count_reaches_prometheus_or_goes_on_with_the_spans(name: s
         for exporter in pipeline["exporters"]
     }
     assert onward, "no otlp traces pipeline to follow"
+    if {type_of(e) for e in onward} == {"load_balancing"}:
+        # spans routed by trace id straight to their owner (agent.route.yaml): log records
+        # and metrics, which no trace id routes, to any gateway, whose pipelines take them
+        onward = {e for e in _defined(config, "exporters") if type_of(e) == "otlp_grpc"}
     for pipeline in (*metrics.values(), *otlp_pipelines(config, "logs").values()):
         assert set(pipeline["exporters"]) == onward
 
@@ -585,6 +590,27 @@ def test_the_load_balancing_tier_routes_by_trace_id() -> None:
     agent = CONFIGS["agent.yaml"]
     queues = [e.get("sending_queue") or {} for e in agent["exporters"].values()]
     assert all(q.get("enabled") and q.get("storage") for q in queues), "persistent queue"
+
+
+def test_agents_that_route_pick_the_owner_the_gateways_would() -> None:
+    """agent.route.yaml's spans go straight to their owner's routed port: the same exporter
+    as the gateways' route tier (its name, so gateway.static.yaml switches both), the same
+    key and peers, and the agent's queue on its disk; logs and metrics are not routed."""
+    agent = CONFIGS["agent.yaml+agent.route.yaml"]
+    gateway = CONFIGS["gateway.yaml"]
+    ours, theirs = agent["exporters"]["load_balancing"], gateway["exporters"]["load_balancing"]
+    assert ours["routing_key"] == theirs["routing_key"] == "traceID"
+    assert ours["resolver"] == theirs["resolver"]
+    assert ours["protocol"] == theirs["protocol"]
+    queue = ours["sending_queue"]
+    assert queue["enabled"] and queue["storage"] in agent["service"]["extensions"]
+    flows = pipelines(agent)
+    assert flows["traces"]["exporters"] == ["load_balancing"]
+    assert all(flows[kind]["exporters"] == ["otlp_grpc/gateway"] for kind in ("logs", "metrics"))
+    # a fixed list: the gateways' own overlay switches the agents' resolver alike
+    static = yaml.safe_load((CONFIG_DIR / "gateway.static.yaml").read_text())
+    fixed = deep_merge(agent, static)["exporters"]["load_balancing"]["resolver"]
+    assert fixed == deep_merge(gateway, static)["exporters"]["load_balancing"]["resolver"]
 
 
 @pytest.mark.parametrize("name", NAMES)
