@@ -29,9 +29,10 @@ collectives of each) at as many of its occasions, with the same test against cha
 10 of 10 at least. A gap between a site's collectives of at least ``BURST_FACTOR`` times
 its median gap ends a burst, where at least 1/``MAX_BURST`` of its gaps are that long
 (rarer long gaps are pauses between single calls, as a checkpoint's); elsewhere every
-collective is an occasion of its own. A group whose window holds a late rank's site at too
-few occasions is read further back, up to ``WIDE_SLOTS`` collectives.
-Only each group's last ``WINDOW_SLOTS`` collectives are read.
+collective is an occasion of its own.
+
+Only each group's last ``WINDOW_SLOTS`` collectives are read, up to ``WIDE_SLOTS`` where
+those hold the site of a rank to name at too few occasions.
 
 Lateness spreads: the peers a straggler holds up in one group reach their next collective
 in another group late too, as a block. A rank is named only when it is late among its
@@ -321,8 +322,9 @@ def stragglers(connection: duckdb.DuckDBPyConnection, groups: dict[int, GroupRef
         sites = [s for s in sites if s.gid not in short]
         sites.extend(site_lateness(connection, groups, only=short))
         late, named = _origins_of(sites, with_collectives, keys)
+        # (a rank may be named now that was not, or by a site read afresh)
         site_occasions(
-            connection, [s for rank in named for s in late[rank].sites if s.gid in short]
+            connection, [s for rank in named for s in late[rank].sites if not s.occasions]
         )
     # who inherited from whom is judged on every site a rank is late at; a rank is then
     # named for the sites where it was late at separate occasions too (a slow moment of
