@@ -1,5 +1,5 @@
 -- Per (group, call site, rank) of `occasion_wanted` (the sites of the ranks the straggler
--- analysis would name, stragglers._occasions fills it in): the rank's separate occasions
+-- analysis would name, stragglers.site_occasions fills it in): the rank's separate occasions
 -- there, and those where it was late, over the `arrival` table. A site's collectives
 -- close together (a burst, as FSDP's all-gathers of one step's layers) share whatever held
 -- a rank up then, and count once: a gap of at least $burst_factor times the site's median
