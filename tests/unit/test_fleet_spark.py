@@ -2,8 +2,12 @@
 archive gives the same rows, from the same view files (``fleet.views.view_sql``), and
 ``fr-otel fleet --engine spark`` prints what the DuckDB engine prints.
 
-pyspark and Java are required here, never skipped: ``make test`` installs pyspark
-(requirements-dev.txt) and CI has Java 17. One Spark session serves the whole module.
+The same archive copied into a bucket of an S3 server (moto's server, a real S3 HTTP API on
+loopback) gives the same rows on both engines, each through its own S3 client.
+
+pyspark, Java, moto and s3fs are required here, never skipped: ``make test`` installs them
+(requirements-dev.txt), CI has Java 17, and Spark fetches Hadoop's S3A jars from Maven
+Central when its session starts. One Spark session serves the whole module.
 
 Floats are compared with a relative tolerance of 1e-9: the engines sum doubles in
 different orders (Spark per partition, then across them) and compute EXP and POWER with
@@ -17,6 +21,7 @@ import contextlib
 import json
 import math
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -64,11 +69,74 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def session() -> Iterator[SparkSession]:
-    with spark.spark_session("local[2]") as started:
+    with spark.spark_session("local[2]", conf=S3A_PACKAGES) as started:
         yield started
 
 
-def _duckdb_rows(archive: Path, scope: Scope, query: str) -> list[dict[str, Any]]:
+S3A_PACKAGES = {
+    # Hadoop's S3A at the version of the Hadoop jars pyspark ships, with the two modules
+    # of the AWS SDK it loads instead of the SDK's whole bundle (640 MB)
+    "spark.jars.packages": ",".join(
+        [
+            "org.apache.hadoop:hadoop-aws:3.5.0",
+            # the SDK version hadoop-aws 3.5.0 is built with (hadoop-project's pom)
+            "software.amazon.awssdk:s3:2.35.4",
+            "software.amazon.awssdk:s3-transfer-manager:2.35.4",
+        ]
+    ),
+    "spark.jars.excludes": "software.amazon.awssdk:bundle",
+}
+"""Set when the module's session starts (packages load with its JVM); the S3 server's
+address is a setting of the session later (``bucket``)."""
+
+
+@pytest.fixture(scope="module")
+def bucket(archive: Path, session: SparkSession) -> Iterator[str]:
+    """``archive`` copied into a bucket of a real S3 API server (moto's, over HTTP on
+    loopback), as ``aws s3 sync`` would copy it; yields its URL. DuckDB reads it through
+    s3fs and Spark through Hadoop's S3A, each its own S3 client."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    credentials = {"AWS_ACCESS_KEY_ID": "fleet-test", "AWS_SECRET_ACCESS_KEY": "fleet-test"}
+    s3a = {
+        "fs.s3a.endpoint": endpoint,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.access.key": credentials["AWS_ACCESS_KEY_ID"],
+        "fs.s3a.secret.key": credentials["AWS_SECRET_ACCESS_KEY"],
+    }
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            for name, value in {
+                **credentials,
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_DEFAULT_REGION": "us-east-1",
+            }.items():
+                env.setenv(name, value)
+            client = boto3.client("s3")
+            client.create_bucket(Bucket="fleet")
+            for path in sorted(archive.rglob("*")):
+                if path.is_file():
+                    key = f"archive/{path.relative_to(archive).as_posix()}"
+                    client.upload_file(str(path), "fleet", key)
+            for key, value in s3a.items():  # read when S3A first opens the bucket
+                session.conf.set(key, value)
+            yield "s3://fleet/archive"
+    finally:
+        for key in s3a:
+            session.conf.unset(key)
+        server.stop()
+
+
+def _duckdb_rows(archive: Path | str, scope: Scope, query: str) -> list[dict[str, Any]]:
     with contextlib.closing(duckdb.connect()) as connection:
         register_fleet_views(connection, archive, scope)
         relation = connection.sql(query)
@@ -217,3 +285,51 @@ def test_the_duckdb_engine_never_imports_pyspark(archive: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_every_view_reads_the_same_from_object_storage_on_both_engines(
+    archive: Path, bucket: str, session: SparkSession
+) -> None:
+    """The archive in an S3 bucket: DuckDB (``s3://``, through fsspec) and Spark (the same
+    URL, read as ``s3a://``) give the rows DuckDB gives over the local folder."""
+    for view in FLEET_VIEWS:
+        query = f"SELECT * FROM {view}"
+        local = _duckdb_rows(archive, Scope(), query)
+        assert local, view
+        _assert_same(local, _duckdb_rows(bucket, Scope(), query))
+        _assert_same(local, _spark_rows(session, bucket, Scope(), query))
+
+
+def test_fleet_command_reads_object_storage_on_both_engines(
+    archive: Path, bucket: str, session: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["fleet", str(archive), "--format", "json", "--top", "20"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    for engine in ("duckdb", "spark"):
+        assert main(["fleet", bucket, "--format", "json", "--top", "20", "--engine", engine]) == 0
+        remote = json.loads(capsys.readouterr().out)
+        assert remote.pop("archive") == bucket
+        assert local["bad_nodes"] and remote["bad_nodes"] == local["bad_nodes"], engine
+        _assert_same(local["ranking"], remote.pop("ranking"))
+        assert remote == {k: v for k, v in local.items() if k not in ("archive", "ranking")}
+
+
+def test_a_url_without_fleet_facts_is_refused_by_name(
+    bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prefix that holds no facts (a typo, an archive copied without ``_fleet``) is an
+    error naming it, not a report of an empty fleet."""
+    capsys.readouterr()
+    assert main(["fleet", "s3://fleet/no-such-archive"]) != 0
+    error = capsys.readouterr().err
+    assert "s3://fleet/no-such-archive holds no fleet facts" in error, error
+
+
+def test_an_archive_url_without_its_file_system_says_what_to_install(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    capsys.readouterr()
+    assert main(["fleet", "nosuchscheme://bucket/archive"]) != 0
+    error = capsys.readouterr().err
+    assert "nosuchscheme:// archives need" in error and "fsspec file system" in error, error

@@ -46,8 +46,24 @@ def since_ns(text: str, now_ns: int | None = None) -> int:
     return int(moment.timestamp()) * 1_000_000_000
 
 
+class _ArchiveOrURL(click.ParamType[Path | str]):
+    """A folder that exists, or a URL of object storage (``s3://bucket/archive``), as is."""
+
+    name = "archive"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Path | str:
+        from fr_otel.fleet.object_store import url_scheme
+
+        if isinstance(value, str) and url_scheme(value) not in (None, "file"):
+            return value
+        folder = click.Path(exists=True, file_okay=False, path_type=Path)
+        return folder.convert(value.removeprefix("file://"), param, ctx)
+
+
 @click.command("fleet")
-@click.argument("archive", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("archive", type=_ArchiveOrURL())
 @click.option(
     "--since",
     default=None,
@@ -67,7 +83,7 @@ def since_ns(text: str, now_ns: int | None = None) -> int:
 )
 @format_option(["text", "json"])
 def fleet(
-    archive: Path,
+    archive: Path | str,
     since: str | None,
     job: str | None,
     top: int,
@@ -84,10 +100,14 @@ def fleet(
     incidents. The views behind it (fleet_incidents, fleet_hosts, fleet_bad_nodes,
     fleet_latency) are in fr-otel sql. With --engine spark, each incident's analysis still
     runs here on DuckDB; only the views run on Spark, from the same SQL files.
+
+    ARCHIVE may be a URL of object storage (s3://bucket/archive, with
+    pip install 'fr-otel[s3]' for DuckDB and hadoop-aws for Spark): its incidents are not
+    analysed here, the views read the facts made where they were archived.
     """
     from fr_otel.analysis.source import is_archive
 
-    if not is_archive(archive):
+    if isinstance(archive, Path) and not is_archive(archive):
         raise ArchiveError(f"{archive} is not an archive (no job=*/incident=*/*.parquet inside)")
     bound = since_ns(since) if since is not None else None
     report = _gather(archive, job, bound, top, engine, spark_master)
@@ -99,7 +119,7 @@ def fleet(
 
 
 def _gather(
-    archive: Path, job: str | None, bound: int | None, top: int, engine: str, master: str
+    archive: Path | str, job: str | None, bound: int | None, top: int, engine: str, master: str
 ) -> dict[str, Any]:
     from fr_otel.fleet.facts import refresh
     from fr_otel.fleet.views import Scope
@@ -108,15 +128,22 @@ def _gather(
         if sys.stderr.isatty():
             click.echo(f"fr-otel: analysing {job_name}/{incident}", err=True)
 
-    refreshed = refresh(archive, job=job, on_incident=note)
-    for job_name, incident, why in refreshed.failed:
-        click.echo(f"fr-otel: {job_name}/{incident}: left out ({why})", err=True)
+    if isinstance(archive, Path):  # a URL's facts were made where its incidents were written
+        refreshed = refresh(archive, job=job, on_incident=note)
+        for job_name, incident, why in refreshed.failed:
+            click.echo(f"fr-otel: {job_name}/{incident}: left out ({why})", err=True)
     scope = Scope(job=job, since_ns=bound)
     with _views(engine, master, archive, scope) as rows:
         [totals] = rows(
             "SELECT count(*) AS incidents, count(DISTINCT job) AS jobs, min(time_ns) AS"
             " first_ns, max(time_ns) AS last_ns FROM fleet_incidents"
         )
+        if isinstance(archive, str) and not totals["incidents"] and job is None and bound is None:
+            raise ArchiveError(
+                f"{archive} holds no fleet facts (_fleet/roles/job=*/incident=*/*.pq): make"
+                " them with `fr-otel fleet ARCHIVE` where its incidents are written, then copy"
+                " the archive"
+            )
         [hosts] = rows("SELECT count(*) AS hosts FROM fleet_hosts")
         ranking = rows(f"SELECT * FROM fleet_bad_nodes ORDER BY {_RANKING}, host LIMIT {top}")
         findings = rows(
@@ -139,7 +166,7 @@ def _gather(
 
 @contextlib.contextmanager
 def _views(
-    engine: str, master: str, archive: Path, scope: Scope
+    engine: str, master: str, archive: Path | str, scope: Scope
 ) -> Iterator[Callable[[str], list[dict[str, Any]]]]:
     """A query's rows as dicts, on ``engine``, with the fleet views of ``archive``."""
     if engine == "spark":

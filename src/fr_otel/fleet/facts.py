@@ -49,8 +49,11 @@ def facts_path(archive: Path, table: str, job: str, incident: str) -> Path:
     return archive / FLEET_DIR / table / f"job={job}" / f"incident={incident}" / f"{table}{SUFFIX}"
 
 
-def facts_glob(archive: Path, table: str) -> str:
-    """Every incident's file of ``table`` (``ROLES``, ``LATENCY``), as a glob."""
+def facts_glob(archive: Path | str, table: str) -> str:
+    """Every incident's file of ``table`` (``ROLES``, ``LATENCY``), as a glob: under a
+    folder, or under a URL (``s3://bucket/archive``, ``fleet.object_store``)."""
+    if isinstance(archive, str):
+        return f"{archive.rstrip('/')}/{FLEET_DIR}/{table}/job=*/incident=*/*{SUFFIX}"
     return (archive / FLEET_DIR / table / "job=*" / "incident=*" / f"*{SUFFIX}").as_posix()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,16 +53,19 @@ def facts_schema(table: str) -> str:
 
 
 @contextmanager
-def spark_session(master: str = LOCAL_MASTER) -> Iterator[SparkSession]:
+def spark_session(
+    master: str = LOCAL_MASTER, conf: Mapping[str, str] | None = None
+) -> Iterator[SparkSession]:
     """A session of ``master`` (``local[N]``, ``spark://host:7077``, ``yarn``...) with
-    ``SESSION_CONF``, stopped on leaving; or the session this process runs already (a
-    notebook's, ``spark-submit``'s), which is left running."""
+    ``SESSION_CONF`` and ``conf`` (``spark.jars.packages``, ``spark.hadoop.fs.s3a.*``...),
+    stopped on leaving; or the session this process runs already (a notebook's,
+    ``spark-submit``'s), which is left running."""
     running = SparkSession.getActiveSession()
     if running is not None:
         yield running
         return
     builder = SparkSession.builder.master(master).appName("fr-otel fleet")
-    for key, value in SESSION_CONF.items():
+    for key, value in {**SESSION_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
     try:
         with warnings.catch_warnings():
@@ -103,7 +106,7 @@ def _facts_frame(session: SparkSession, archive: Path | str, table: str) -> Any:
     schema = facts_schema(table)
     # a local folder as a file: URL, which a cluster whose default file system is HDFS
     # would otherwise look for there
-    base = archive.resolve().as_uri() if isinstance(archive, Path) else archive.rstrip("/")
+    base = archive.resolve().as_uri() if isinstance(archive, Path) else hadoop_url(archive)
     root = f"{base}/{facts.FLEET_DIR}/{table}"
     reader = (
         session.read.schema(schema)
@@ -117,6 +120,14 @@ def _facts_frame(session: SparkSession, archive: Path | str, table: str) -> Any:
         if "PATH_NOT_FOUND" not in str(exc):
             raise
         return session.createDataFrame([], schema)
+
+
+def hadoop_url(url: str) -> str:
+    """``url`` as Hadoop names its file system: ``s3://`` (what AWS's tools and DuckDB
+    write) is ``s3a://`` (Hadoop's S3A, from ``hadoop-aws``), the same bucket and key."""
+    if url.lower().startswith("s3://"):
+        url = "s3a://" + url[len("s3://") :]
+    return url.rstrip("/")
 
 
 QueryError = PySparkException

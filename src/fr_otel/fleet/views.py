@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fr_otel.analysis.sqlfiles import sql_string
-from fr_otel.fleet import facts
+from fr_otel.fleet import facts, object_store
 
 if TYPE_CHECKING:
     import duckdb
@@ -77,7 +77,9 @@ def source_sql(relation: str, table: str, scope: Scope) -> str:
     return f"SELECT {names} FROM {relation} WHERE {' AND '.join(conditions)}"
 
 
-def _source(connection: duckdb.DuckDBPyConnection, archive: Path, table: str, scope: Scope) -> str:
+def _source(
+    connection: duckdb.DuckDBPyConnection, archive: Path | str, table: str, scope: Scope
+) -> str:
     """A SELECT of the facts of ``table`` in ``scope`` (an empty relation of its columns
     where no incident has any)."""
     columns = facts.ROLES_COLUMNS if table == facts.ROLES else facts.LATENCY_COLUMNS
@@ -92,11 +94,15 @@ def _source(connection: duckdb.DuckDBPyConnection, archive: Path, table: str, sc
 
 
 def register_fleet_views(
-    connection: duckdb.DuckDBPyConnection, archive: Path, scope: Scope | None = None
+    connection: duckdb.DuckDBPyConnection, archive: Path | str, scope: Scope | None = None
 ) -> None:
     """Create ``fleet_roles``, ``fleet_latency_rows`` and every ``FLEET_VIEWS`` view in
-    ``connection`` over the facts the archive holds now (``facts.refresh`` makes them)."""
+    ``connection`` over the facts the archive holds now (``facts.refresh`` makes them):
+    a folder, or a URL (``s3://bucket/archive``) whose file system ``connection`` is then
+    given (``object_store.register``)."""
     scope = scope or Scope()
+    if isinstance(archive, str):
+        object_store.register(connection, archive)
     roles = _source(connection, archive, facts.ROLES, scope)
     connection.execute(f"CREATE OR REPLACE TEMP VIEW fleet_roles AS {roles}")
     latency = _source(connection, archive, facts.LATENCY, scope)

@@ -1,0 +1,50 @@
+"""Fleet facts in object storage (``s3://bucket/archive``), read by DuckDB through fsspec.
+
+DuckDB's own reader of ``s3://`` is its ``httpfs`` extension, which it downloads on first
+use; a machine that cannot reach extensions.duckdb.org has none. DuckDB also reads any
+fsspec file system a connection registers, and ``s3fs`` (``pip install 'fr-otel[s3]'``) is
+fsspec's: it takes its credentials, region and endpoint where every AWS tool does
+(``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``~/.aws``). Spark reads the same URLs through
+Hadoop's S3A (``fleet.spark``). Only the fleet views read an archive here: its facts are made
+where its incidents are written (``facts.refresh``) and copied with the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from fr_otel.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    import duckdb
+
+_URL = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
+
+EXTRAS = {"s3": "s3", "s3a": "s3"}
+"""A URL's scheme, and fr_otel's extra that brings its fsspec file system. Other schemes
+(``gs://``: gcsfs, ``abfs://``: adlfs) read the same way with their package installed."""
+
+
+def url_scheme(archive: str) -> str | None:
+    """``archive``'s scheme when it is a URL (``s3``, ``s3a``, ``gs``...), else None (a
+    folder)."""
+    found = _URL.match(archive)
+    return found.group(1).lower() if found else None
+
+
+def register(connection: duckdb.DuckDBPyConnection, url: str) -> None:
+    """Let ``connection`` read ``url``'s file system (its scheme's fsspec implementation)."""
+    scheme = url_scheme(url)
+    if scheme is None or scheme == "file":
+        return
+    extra = EXTRAS.get(scheme)
+    try:
+        import fsspec
+
+        filesystem = fsspec.filesystem(scheme)
+    except (ImportError, ValueError) as exc:
+        hint = f"pip install 'fr-otel[{extra}]'" if extra else "its fsspec file system"
+        raise MissingDependencyError(f"reading {scheme}:// archives needs {hint} ({exc})") from None
+    if not connection.filesystem_is_registered(scheme):
+        connection.register_filesystem(filesystem)
