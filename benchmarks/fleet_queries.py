@@ -6,7 +6,9 @@ A simulated fleet's archive (``fr_otel.fleet.simulated``) with planted bad hosts
 in one run:
 
 - the fleet facts (``ARCHIVE/_fleet``: each incident's analysis, reduced to its roles and
-  latency rows) are made, timed apart: a one-time cost per incident, paid when it lands;
+  latency rows) are made, timed apart: a one-time cost per incident, paid when it lands,
+  by ``--workers`` processes (every core by default, as ``fr-otel fleet``); with
+  ``--facts-in-turn``, made again by one process, the peer figure;
 - each engine runs in a process of its own: it registers the fleet views over the facts
   (``fleet.views``, ``fleet.spark``) and reads every row of each view, ``--repeat`` times;
   the first read (what one ``fr-otel fleet`` pays) and the best are shown;
@@ -242,6 +244,22 @@ def _z(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _facts_in_turn(archive: Path, built: dict[str, Any]) -> None:
+    """The peer of the pooled facts: the same incidents' facts made again one after
+    another (``workers=1``, how ``refresh`` made them before it had workers)."""
+    from fr_otel.fleet import facts
+
+    shutil.rmtree(archive / facts.FLEET_DIR)
+    begun = time.perf_counter()
+    refreshed = facts.refresh(archive, workers=1)
+    in_turn_s = time.perf_counter() - begun
+    print(
+        f"  the same facts made in turn (1 process): {len(refreshed.made)} incidents in"
+        f" {in_turn_s:.1f} s; {built.get('workers', 1)} workers took"
+        f" {built['facts_s'] / in_turn_s:.2f}x that"
+    )
+
+
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return {
         name: getattr(args, name)
@@ -269,10 +287,11 @@ def _build(args: argparse.Namespace, archive: Path) -> dict[str, Any]:
         built: dict[str, Any] = json.loads(record.read_text())
         if built["settings"] == settings and archive.is_dir():
             begun = time.perf_counter()
-            refreshed = facts.refresh(archive)
+            refreshed = facts.refresh(archive, workers=args.workers)
             if refreshed.made:  # stale facts (another fr_otel version): made again now
                 built["facts_s"] = time.perf_counter() - begun
                 built["facts_made"] = len(refreshed.made)
+                built["workers"] = args.workers
                 built["load"] = os.getloadavg()[0]
                 built["sizes"] = _sizes(archive)
                 record.write_text(json.dumps(built, indent=2) + "\n")
@@ -299,7 +318,7 @@ def _build(args: argparse.Namespace, archive: Path) -> dict[str, Any]:
     truth = write_fleet_archive(spec, archive)
     generate_s = time.perf_counter() - begun
     begun = time.perf_counter()
-    refreshed = facts.refresh(archive)
+    refreshed = facts.refresh(archive, workers=args.workers)
     facts_s = time.perf_counter() - begun
     if refreshed.failed:
         raise SystemExit(f"incidents left out of the facts: {refreshed.failed[:3]}")
@@ -308,6 +327,7 @@ def _build(args: argparse.Namespace, archive: Path) -> dict[str, Any]:
         "bad_hosts": truth.bad_hosts,
         "generate_s": generate_s,
         "facts_s": facts_s,
+        "workers": args.workers,
         "facts_made": len(refreshed.made),
         "sizes": _sizes(archive),
         "load": os.getloadavg()[0],
@@ -458,6 +478,17 @@ def main() -> None:
         "--slow-share", type=float, default=0.2, help="of the incidents, the share that are slow"
     )
     parser.add_argument("--seed", type=int, default=46)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes making the facts (default: every core, as fr-otel fleet)",
+    )
+    parser.add_argument(
+        "--facts-in-turn",
+        action="store_true",
+        help="also make the facts again in one process, the peer of --workers' figure",
+    )
     parser.add_argument("--engine", choices=["both", "duckdb", "spark"], default="both")
     parser.add_argument("--spark-master", default="local[2]")
     parser.add_argument("--repeat", type=int, default=3, help="reads of each view per engine")
@@ -477,6 +508,9 @@ def main() -> None:
     parser.add_argument("--archive", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--flat", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from fr_otel import config
+
+    args.workers = config.import_workers(args.workers)
     archive = args.archive or args.out / "archive"
     args.ranks_per_host = args.ranks_per_host or max(1, min(8, args.min_ranks // 2))
     if args.child:
@@ -495,9 +529,12 @@ def main() -> None:
     )
     print(
         f"fleet facts (_fleet/): {built['facts_made']} incidents analysed in"
-        f" {built['facts_s']:.1f} s, {built['facts_s'] / max(1, built['facts_made']):.2f} s"
-        f" per incident ({how}; load average {built['load']:.2f} then)"
+        f" {built['facts_s']:.1f} s by {built.get('workers', 1)} worker process(es),"
+        f" {built['facts_s'] / max(1, built['facts_made']):.2f} s per incident ({how};"
+        f" load average {built['load']:.2f} then)"
     )
+    if args.facts_in_turn:
+        _facts_in_turn(archive, built)
     print(f"{'':16}{'rows':>14}{'MB':>10}{'files':>9}{'bytes/row':>11}")
     for name, size in sizes.items():
         per_row = size["bytes"] / size["rows"] if size["rows"] else 0.0

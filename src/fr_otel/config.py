@@ -40,7 +40,8 @@ OTEL_RESOURCE_ATTRIBUTES = "OTEL_RESOURCE_ATTRIBUTES"
 added to every rank's spans; fr_otel's own (``service.name``, ``fr_otel.rank`` ...) win."""
 
 FR_OTEL_IMPORT_WORKERS = "FR_OTEL_IMPORT_WORKERS"
-"""Processes used to import dumps. Default: every core (``os.cpu_count()``)."""
+"""Processes used to import dumps, and to make the fleet facts (an analysis an incident).
+Default: every core (``os.cpu_count()``)."""
 
 FR_OTEL_TRACE_URL = "FR_OTEL_TRACE_URL"
 """Link template for the HTML report's cells, e.g. Jaeger's
@@ -135,7 +136,8 @@ def trace_url(explicit: str | None = None, environ: Mapping[str, str] | None = N
 
 
 def import_workers(explicit: int | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Worker processes for imports: argument > FR_OTEL_IMPORT_WORKERS > cpu count."""
+    """Worker processes for imports and the fleet facts: argument > FR_OTEL_IMPORT_WORKERS >
+    cpu count."""
     if explicit is not None:
         if explicit < 1:
             raise ConfigError(f"workers must be at least 1, got {explicit}")

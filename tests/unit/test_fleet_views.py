@@ -14,6 +14,7 @@ import math
 import os
 import random
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -361,3 +362,38 @@ def test_an_incident_that_cannot_be_read_is_left_out_and_named(
     assert json.loads(captured.out)["incidents"] == 2
     assert f"{damaged.parent.name.removeprefix('job=')}/" in captured.err
     assert "left out" in captured.err
+
+
+def test_facts_made_by_worker_processes_equal_those_made_in_turn(tmp_path: Path) -> None:
+    """``refresh(workers=2)`` analyses incidents in a pool of processes: the same files,
+    the same rows, and a damaged incident named in ``failed`` as in turn."""
+    first = tmp_path / "in-turn"
+    assert main(["simulate", str(first), "--incidents", "6", "--seed", "4"]) == 0
+    damaged = sorted(first.glob("job=*/incident=*"))[2]
+    for rank_file in damaged.glob("*.parquet"):
+        rank_file.write_bytes(b"PAR1 cut short")
+    second = tmp_path / "pooled"
+    shutil.copytree(first, second)
+
+    in_turn = facts.refresh(first, workers=1)
+    made: list[tuple[str, str]] = []
+    pooled = facts.refresh(second, workers=2, on_incident=lambda *key: made.append(key))
+
+    assert len(in_turn.made) == 5 and pooled.made == in_turn.made == sorted(made)
+    [(job, incident, why)] = pooled.failed
+    assert (job, incident) == (
+        damaged.parent.name.removeprefix("job="),
+        damaged.name.removeprefix("incident="),
+    )
+    assert [f[:2] for f in in_turn.failed] == [(job, incident)] and why
+
+    def facts_files(archive: Path) -> list[Path]:
+        found = (archive / facts.FLEET_DIR).rglob(f"*{facts.SUFFIX}")
+        return sorted(p.relative_to(archive) for p in found)
+
+    files = facts_files(first)
+    assert len(files) == 10 and facts_files(second) == files
+    for name in files:
+        assert pq.read_table(first / name).equals(pq.read_table(second / name)), name
+    again = facts.refresh(second, workers=2)
+    assert again.made == [] and again.current == 5

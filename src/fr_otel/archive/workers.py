@@ -76,7 +76,7 @@ def _worker_init(parent: int | None) -> None:
     gc.disable()
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
+def stop_pool(pool: ProcessPoolExecutor) -> None:
     """Stop every worker now: running tasks too, not only queued ones."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
@@ -90,6 +90,18 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             if process.is_alive():
                 process.kill()
                 process.join(1.0)
+
+
+def new_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes set up as the import's are (``_worker_init``), for
+    other work done an incident or a dump at a time; stop it early with ``stop_pool``."""
+    context = _pool_context()
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=_worker_init,
+        initargs=(os.getpid() if context.get_start_method() == "fork" else None,),
+    )
 
 
 def _received(outcome: Outcome, known: dict[tuple[int, ...], list[int]]) -> Outcome:
@@ -131,13 +143,7 @@ def run_tasks(
             if on_progress:
                 on_progress(len(outcomes), total)
         return outcomes
-    context = _pool_context()
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers, total),
-        mp_context=context,
-        initializer=_worker_init,
-        initargs=(os.getpid() if context.get_start_method() == "fork" else None,),
-    )
+    pool = new_pool(min(workers, total))
     # tasks go to the workers a few at a time: one round trip through the pool per dump
     # (pickle the task, wake the pool's thread, queue, pickle the outcome back) left each
     # worker idle between dumps for a large share of the import
@@ -160,7 +166,7 @@ def run_tasks(
             if on_progress:
                 on_progress(len(outcomes), total)
     except BaseException:
-        _stop_workers(pool)
+        stop_pool(pool)
         raise
     pool.shutdown(wait=True)
     return outcomes

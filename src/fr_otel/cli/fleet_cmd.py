@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from fr_otel import config
 from fr_otel.cli._errors import EXIT_OK
 from fr_otel.cli._options import engine_options, format_option, spark_engine
 from fr_otel.errors import ArchiveError
@@ -78,6 +79,12 @@ class _ArchiveOrURL(click.ParamType[Path | str]):
     show_default=True,
     help="Hosts and findings to show.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes that analyse new incidents at once. Default: every core.",
+)
 @engine_options(
     "What runs the fleet views: DuckDB here, or Spark SQL (pip install 'fr-otel[spark]')."
 )
@@ -87,6 +94,7 @@ def fleet(
     since: str | None,
     job: str | None,
     top: int,
+    workers: int | None,
     engine: str,
     spark_master: str,
     fmt: str,
@@ -110,7 +118,7 @@ def fleet(
     if isinstance(archive, Path) and not is_archive(archive):
         raise ArchiveError(f"{archive} is not an archive (no job=*/incident=*/*.parquet inside)")
     bound = since_ns(since) if since is not None else None
-    report = _gather(archive, job, bound, top, engine, spark_master)
+    report = _gather(archive, job, bound, top, config.import_workers(workers), engine, spark_master)
     if fmt == "json":
         sys.stdout.write(json.dumps(report, default=str) + "\n")
     else:
@@ -119,17 +127,23 @@ def fleet(
 
 
 def _gather(
-    archive: Path | str, job: str | None, bound: int | None, top: int, engine: str, master: str
+    archive: Path | str,
+    job: str | None,
+    bound: int | None,
+    top: int,
+    workers: int,
+    engine: str,
+    master: str,
 ) -> dict[str, Any]:
     from fr_otel.fleet.facts import refresh
     from fr_otel.fleet.views import Scope
 
     def note(job_name: str, incident: str) -> None:
         if sys.stderr.isatty():
-            click.echo(f"fr-otel: analysing {job_name}/{incident}", err=True)
+            click.echo(f"fr-otel: analysed {job_name}/{incident}", err=True)
 
     if isinstance(archive, Path):  # a URL's facts were made where its incidents were written
-        refreshed = refresh(archive, job=job, on_incident=note)
+        refreshed = refresh(archive, job=job, workers=workers, on_incident=note)
         for job_name, incident, why in refreshed.failed:
             click.echo(f"fr-otel: {job_name}/{incident}: left out ({why})", err=True)
     scope = Scope(job=job, since_ns=bound)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from fr_otel import config
 from fr_otel.cli._errors import EXIT_OK
 from fr_otel.cli._options import engine_options, format_option, spark_engine
 from fr_otel.errors import ArchiveError
@@ -116,7 +117,7 @@ def _run_spark(archive: Path, query: str | None, fmt: str, max_rows: int, master
     from fr_otel.fleet.views import FLEET_VIEWS
 
     spark = spark_engine()
-    for job, incident, why in refresh(archive).failed:
+    for job, incident, why in refresh(archive, workers=config.import_workers()).failed:
         click.echo(f"fr-otel: {job}/{incident}: left out of the fleet views ({why})", err=True)
     with spark.spark_session(master) as session:
         spark.register_fleet_views(session, archive)
@@ -146,7 +147,7 @@ def _register_fleet(
     from fr_otel.fleet.views import register_fleet_views
 
     if refreshed:
-        for job, incident, why in refresh(archive).failed:
+        for job, incident, why in refresh(archive, workers=config.import_workers()).failed:
             click.echo(f"fr-otel: {job}/{incident}: left out of the fleet views ({why})", err=True)
     register_fleet_views(connection, archive)
 

@@ -20,7 +20,7 @@ import contextlib
 import datetime
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,10 +84,13 @@ def refresh(
     archive: Path,
     *,
     job: str | None = None,
+    workers: int = 1,
     on_incident: Callable[[str, str], None] | None = None,
 ) -> Refreshed:
     """Make the facts of every incident (of ``job``) whose facts are missing or stale, and
-    remove those of incidents no longer in the archive."""
+    remove those of incidents no longer in the archive. ``workers`` processes analyse
+    incidents at once (each analysis is a DuckDB session of its own, with its memory
+    limit); ``on_incident`` is called as each incident's facts are made."""
     from fr_otel.archive.incidents import incident_folders
 
     done = Refreshed()
@@ -99,25 +102,65 @@ def refresh(
             )
             for f in folders
         }
+    stale: list[tuple[str, str, str]] = []
     for folder in folders:
         if folder.writer is not None:
             continue  # an import is writing it: next time
         key = incident_key(folder.folder)
         if stored[(folder.job, folder.incident)] == key:
             done.current += 1
-            continue
-        if on_incident is not None:
-            on_incident(folder.job, folder.incident)
-        try:
-            roles, latency = incident_facts(archive, folder.job, folder.incident)
-        except FrOtelError as exc:  # one incident's damage leaves the fleet's view to the rest
-            done.failed.append((folder.job, folder.incident, str(exc)))
-            continue
-        for table, rows in ((LATENCY, latency), (ROLES, roles)):  # roles last: it holds the key
-            _write(facts_path(archive, table, folder.job, folder.incident), rows, key)
-        done.made.append((folder.job, folder.incident))
+        else:
+            stale.append((folder.job, folder.incident, key))
+    for (job_name, incident, _), failure in _make_all(archive, stale, workers):
+        if failure is None:
+            done.made.append((job_name, incident))
+            if on_incident is not None:
+                on_incident(job_name, incident)
+        else:  # one incident's damage leaves the fleet's view to the rest
+            done.failed.append((job_name, incident, failure))
+    done.made.sort()
+    done.failed.sort()
     _forget_removed(archive, {(f.job, f.incident) for f in folders}, job)
     return done
+
+
+_INLINE_MAX = 2
+"""Incidents below which a pool of workers costs more than it saves."""
+
+
+def _make_all(
+    archive: Path, stale: list[tuple[str, str, str]], workers: int
+) -> Iterator[tuple[tuple[str, str, str], str | None]]:
+    """Each of ``stale`` (job, incident, key) with why its facts could not be made (None
+    when they were), in the order they are done."""
+    if workers <= 1 or len(stale) <= _INLINE_MAX:
+        for item in stale:
+            yield item, _make(archive, *item)
+        return
+    from concurrent.futures import as_completed
+
+    from fr_otel.archive.workers import new_pool, stop_pool
+
+    pool = new_pool(min(workers, len(stale)))
+    try:
+        running = {pool.submit(_make, archive, *item): item for item in stale}
+        for future in as_completed(running):
+            yield running[future], future.result()
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _make(archive: Path, job: str, incident: str, key: str) -> str | None:
+    """Make one incident's facts files: None, or why they could not be made."""
+    try:
+        roles, latency = incident_facts(archive, job, incident)
+    except FrOtelError as exc:
+        return str(exc)
+    for table, rows in ((LATENCY, latency), (ROLES, roles)):  # roles last: it holds the key
+        _write(facts_path(archive, table, job, incident), rows, key)
+    return None
 
 
 def _stored_key(connection: duckdb.DuckDBPyConnection, path: Path) -> str | None:
