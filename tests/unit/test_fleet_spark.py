@@ -333,3 +333,19 @@ def test_an_archive_url_without_its_file_system_says_what_to_install(
     assert main(["fleet", "nosuchscheme://bucket/archive"]) != 0
     error = capsys.readouterr().err
     assert "nosuchscheme:// archives need" in error and "fsspec file system" in error, error
+
+
+def test_an_unreachable_store_is_named_with_the_reason(
+    bucket: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file system's error, not the Python traceback DuckDB wraps it in."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    capsys.readouterr()
+    assert main(["fleet", bucket]) != 0
+    error = capsys.readouterr().err
+    assert f"{bucket}: cannot list it: EndpointConnectionError: Could not connect" in error, error
+    assert "Traceback" not in error

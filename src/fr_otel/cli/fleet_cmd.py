@@ -197,8 +197,16 @@ def _views(
         register_fleet_views(connection, archive, scope)
 
         def rows(query: str) -> list[dict[str, Any]]:
-            relation = connection.sql(query)
-            return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
+            try:
+                relation = connection.sql(query)
+                found = relation.fetchall()
+            except duckdb.Error as exc:
+                if isinstance(archive, Path):
+                    raise
+                from fr_otel.fleet.object_store import reason
+
+                raise ArchiveError(f"{archive}: cannot read it: {reason(exc)}") from None
+            return [dict(zip(relation.columns, row, strict=True)) for row in found]
 
         yield rows
 

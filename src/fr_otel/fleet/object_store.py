@@ -42,9 +42,24 @@ def register(connection: duckdb.DuckDBPyConnection, url: str) -> None:
     try:
         import fsspec
 
-        filesystem = fsspec.filesystem(scheme)
+        # a fresh one: fsspec would hand back the first one made, with the credentials and
+        # endpoint of the environment then
+        filesystem = fsspec.filesystem(scheme, skip_instance_cache=True)
     except (ImportError, ValueError) as exc:
         hint = f"pip install 'fr-otel[{extra}]'" if extra else "its fsspec file system"
         raise MissingDependencyError(f"reading {scheme}:// archives needs {hint} ({exc})") from None
     if not connection.filesystem_is_registered(scheme):
         connection.register_filesystem(filesystem)
+
+
+_PYTHON_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def reason(exc: Exception) -> str:
+    """What went wrong in a DuckDB error raised while reading through fsspec: DuckDB gives
+    the file system's whole Python traceback, whose last ``SomeError: text`` line says it."""
+    found = _PYTHON_ERROR.findall(str(exc))
+    if found:
+        name, text = found[-1]
+        return f"{name.rsplit('.', 1)[-1]}: {text}"
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fr_otel.analysis.sqlfiles import sql_string
+from fr_otel.errors import ArchiveError
 from fr_otel.fleet import facts, object_store
 
 if TYPE_CHECKING:
@@ -83,8 +84,15 @@ def _source(
     """A SELECT of the facts of ``table`` in ``scope`` (an empty relation of its columns
     where no incident has any)."""
     columns = facts.ROLES_COLUMNS if table == facts.ROLES else facts.LATENCY_COLUMNS
+    import duckdb
+
     glob = facts.facts_glob(archive, table)
-    [(have,)] = connection.execute("SELECT count(*) FROM glob(?)", [glob]).fetchall()
+    try:
+        [(have,)] = connection.execute("SELECT count(*) FROM glob(?)", [glob]).fetchall()
+    except duckdb.Error as exc:
+        if isinstance(archive, Path):
+            raise
+        raise ArchiveError(f"{archive}: cannot list it: {object_store.reason(exc)}") from None
     if have:
         relation = f"read_parquet({sql_string(glob)}, union_by_name = true)"
     else:
